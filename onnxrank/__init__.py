@@ -1,0 +1,10 @@
+"""onnxrank: fast, honest cross-encoder reranking on ONNX Runtime."""
+
+from __future__ import annotations
+
+from onnxrank.engine.reranker import RankedDocument, Reranker
+from onnxrank.types import Device
+
+__version__ = "0.1.0"
+
+__all__ = ["Device", "RankedDocument", "Reranker", "__version__"]

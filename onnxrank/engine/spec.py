@@ -1,0 +1,180 @@
+"""The model directory contract: `manifest.json` as written by `onnxrank export` and read by the engine.
+
+Layout of an exported model directory (``models/NAME/``)::
+
+    manifest.json        this file's schema (ModelSpec.to_dict)
+    model.onnx           fp32, dynamic batch and sequence axes          variant "fp32"
+    model_opt.onnx       fp32, onnxruntime transformer-optimizer fused   variant "opt"
+    model_int8.onnx      int8 for CPU                                    variant "int8"
+    model_fp16.onnx      fp16 for CUDA                                   variant "fp16"
+    tokenizer.json       Rust `tokenizers` file, plus the HF config files it came with
+
+Graph contract: inputs are a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
+shape [batch, sequence]). A rerank model's first output is the logits [batch, num_labels]; an
+embedding model's first output is the mean-pooled, L2-normalised embedding [batch, dim].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from onnxrank.errors import ModelLoadError
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+VARIANT_NAMES = ("fp32", "opt", "int8", "fp16")
+Task = Literal["rerank", "embedding"]
+Activation = Literal["sigmoid", "softmax", "none"]
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """One ONNX file of a model and how it was made."""
+
+    file: str
+    sha256: str
+    size_bytes: int
+    precision: Literal["fp32", "fp16", "int8"]
+    opset: int
+    # e.g. {"method": "dynamic", "per_channel": False, "weight_type": "QInt8"}; None when not quantized
+    quantization: dict[str, Any] | None = None
+    # e.g. {"optimizer": "onnxruntime.transformers", "fusions": {...}}; None for the plain export
+    optimization: dict[str, Any] | None = None
+    # validation against the PyTorch reference: max_abs_diff, pearson, spearman, top10_overlap, ...
+    fidelity: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Everything the engine needs to know about an exported model, validated on construction."""
+
+    name: str
+    task: Task
+    source: dict[str, Any]
+    num_labels: int
+    max_length: int
+    activation: Activation
+    relevance_trained: bool
+    tokenizer_file: str
+    tokenizer_sha256: str
+    tokenizer_files: dict[str, str]
+    vocab_size: int
+    pad_token_id: int
+    variants: dict[str, VariantSpec]
+    versions: dict[str, str]
+    created_at: str
+    model_config: dict[str, Any] = field(default_factory=dict)
+    # embedding models only: "mean" pooling + L2 normalisation inside the graph
+    embedding_dim: int | None = None
+    notes: str = ""
+    format_version: int = MANIFEST_FORMAT
+
+    def __post_init__(self) -> None:
+        if self.task not in ("rerank", "embedding"):
+            raise ValueError(f"task must be 'rerank' or 'embedding', got {self.task!r}")
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {self.num_labels}")
+        if self.max_length < 8:
+            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+        if self.activation not in ("sigmoid", "softmax", "none"):
+            raise ValueError(
+                f"activation must be 'sigmoid', 'softmax' or 'none', got {self.activation!r}"
+            )
+        unknown = set(self.variants) - set(VARIANT_NAMES)
+        if unknown:
+            raise ValueError(
+                f"unknown variant names {sorted(unknown)}; allowed: {', '.join(VARIANT_NAMES)}"
+            )
+        if not self.variants:
+            raise ValueError("a model needs at least one variant; allowed: fp32, opt, int8, fp16")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict, the exact content of manifest.json."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """Build a spec from manifest.json content (raises ValueError/TypeError on bad fields)."""
+        fields = dict(data)
+        fields["variants"] = {
+            name: VariantSpec(**variant) for name, variant in data["variants"].items()
+        }
+        return cls(**fields)
+
+    def manifest_hash(self) -> str:
+        """Stable hash of the manifest content: identifies this exact model build (cache keys, indexes)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def write_manifest(spec: ModelSpec, model_dir: Path) -> Path:
+    """Write `spec` as model_dir/manifest.json (indented, sorted keys) and return the path."""
+    path = Path(model_dir) / MANIFEST_NAME
+    path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def load_model_spec(model_dir: str | Path) -> ModelSpec:
+    """Read and validate model_dir/manifest.json.
+
+    Raises:
+        ModelLoadError: The directory or manifest is missing, unreadable or malformed.
+    """
+    directory = Path(model_dir)
+    path = directory / MANIFEST_NAME
+    if not directory.is_dir():
+        raise ModelLoadError(f"model directory {directory} does not exist or is not a directory")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ModelLoadError(
+            f"could not find {MANIFEST_NAME} in {directory}; export a model with `onnxrank export`"
+        ) from err
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"could not read {path}: {err}") from err
+    try:
+        return ModelSpec.from_dict(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelLoadError(f"malformed manifest {path}: {err}") from err
+
+
+def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | None = None) -> None:
+    """Check the tokenizer files and the given variants (default: all) against their manifest hashes.
+
+    Raises:
+        ModelLoadError: A file is missing, unreadable, or its sha256 differs from the manifest.
+    """
+    directory = Path(model_dir)
+    expected = dict(spec.tokenizer_files)
+    expected[spec.tokenizer_file] = spec.tokenizer_sha256
+    for name in variants if variants is not None else list(spec.variants):
+        if name not in spec.variants:
+            raise ModelLoadError(
+                f"variant {name!r} is not in the manifest of {directory}; "
+                f"available: {', '.join(spec.variants)}"
+            )
+        expected[spec.variants[name].file] = spec.variants[name].sha256
+    for file_name, digest in expected.items():
+        path = directory / file_name
+        try:
+            actual = sha256_file(path)
+        except OSError as err:
+            raise ModelLoadError(f"could not read {file_name} in {directory}: {err}") from err
+        if actual != digest:
+            raise ModelLoadError(
+                f"{path} does not match its manifest hash (expected sha256 {digest[:12]}…, "
+                f"got {actual[:12]}…); the file was modified or corrupted: re-export the model"
+            )

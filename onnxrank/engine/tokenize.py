@@ -1,0 +1,127 @@
+"""Pair tokenization with the Rust `tokenizers` library: one model row per (query, document window)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from onnxrank.engine.spec import ModelSpec
+from onnxrank.errors import ModelLoadError
+from onnxrank.types import Pair
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRow:
+    """One model input row: token ids of `[CLS] query [SEP] document-part [SEP]`."""
+
+    ids: np.ndarray  # int64 [length]
+    type_ids: np.ndarray  # int64 [length]
+    pair_index: int  # which input pair this row scores
+    span: tuple[int, int] | None = None  # character span of the document part (window mode)
+
+
+def load_tokenizer(spec: ModelSpec, model_dir: Path) -> Tokenizer:
+    """Load tokenizer.json and check it against the model's vocabulary.
+
+    Raises:
+        ModelLoadError: The file is missing or unreadable, or its vocabulary does not fit the model.
+    """
+    path = Path(model_dir) / spec.tokenizer_file
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception on bad files
+        raise ModelLoadError(f"could not load tokenizer {spec.tokenizer_file} in {model_dir}: {err}") from err
+    tokenizer_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    # A tokenizer may have fewer ids than the embedding matrix (padding rows), never more.
+    if tokenizer_vocab > spec.vocab_size:
+        raise ModelLoadError(
+            f"tokenizer {path} has {tokenizer_vocab} tokens but the model's vocabulary has "
+            f"{spec.vocab_size}: the tokenizer does not belong to this model"
+        )
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+class PairEncoder:
+    """Turns (query, document) pairs into model rows, truncating the document side first.
+
+    Queries longer than half of `max_length` are cut to that half: the document needs room,
+    and a query that long is nearly always pasted text rather than a search query.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
+        self._tokenizer = tokenizer
+        self.max_length = max_length
+        self.max_query_tokens = max_length // 2
+        self._special_tokens = tokenizer.num_special_tokens_to_add(is_pair=True)
+
+    def _encode_plain(self, texts: Sequence[str]) -> list[Encoding]:
+        return self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+
+    def _cap_queries(self, queries: Sequence[str]) -> dict[str, Encoding]:
+        unique = list(dict.fromkeys(queries))
+        encodings = self._encode_plain(unique)
+        for encoding in encodings:
+            if len(encoding.ids) > self.max_query_tokens:
+                encoding.truncate(self.max_query_tokens)
+        return dict(zip(unique, encodings))
+
+    def encode(self, pairs: Sequence[Pair]) -> list[EncodedRow]:
+        """One row per pair; documents are truncated so the row fits `max_length`."""
+        query_encodings = self._cap_queries([query for query, _ in pairs])
+        document_encodings = self._encode_plain([document for _, document in pairs])
+        rows = []
+        for index, ((query, _), document) in enumerate(zip(pairs, document_encodings)):
+            query_encoding = query_encodings[query]
+            room = self.max_length - self._special_tokens - len(query_encoding.ids)
+            if len(document.ids) > room:
+                document.truncate(room)
+            rows.append(self._row(query_encoding, document, index, None))
+        return rows
+
+    def encode_windows(
+        self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int
+    ) -> list[EncodedRow]:
+        """Rows for every token window of each document (with its character span).
+
+        Args:
+            pairs: (query, document) pairs.
+            window_tokens: Document tokens per window; None fills what the query leaves free.
+            overlap_tokens: Tokens shared by consecutive windows.
+        """
+        query_encodings = self._cap_queries([query for query, _ in pairs])
+        document_encodings = self._encode_plain([document for _, document in pairs])
+        rows = []
+        for index, ((query, document_text), document) in enumerate(
+            zip(pairs, document_encodings)
+        ):
+            query_encoding = query_encodings[query]
+            room = self.max_length - self._special_tokens - len(query_encoding.ids)
+            window = room if window_tokens is None else min(window_tokens, room)
+            if len(document.ids) <= window:
+                rows.append(self._row(query_encoding, document, index, (0, len(document_text))))
+                continue
+            document.truncate(window, stride=min(overlap_tokens, window - 1))
+            for part in [document, *document.overflowing]:
+                offsets = part.offsets
+                span = (offsets[0][0], offsets[-1][1]) if offsets else (0, 0)
+                rows.append(self._row(query_encoding, part, index, span))
+        return rows
+
+    def _row(
+        self, query: Encoding, document: Encoding, index: int, span: tuple[int, int] | None
+    ) -> EncodedRow:
+        # post_process applies the tokenizer's own template ([CLS] q [SEP] d [SEP] for BERT,
+        # <s> q </s></s> d </s> for RoBERTa), so any model family gets its exact special tokens.
+        merged = self._tokenizer.post_process(query, document, add_special_tokens=True)
+        return EncodedRow(
+            ids=np.asarray(merged.ids, dtype=np.int64),
+            type_ids=np.asarray(merged.type_ids, dtype=np.int64),
+            pair_index=index,
+            span=span,
+        )
