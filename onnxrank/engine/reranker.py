@@ -15,7 +15,7 @@ import numpy as np
 
 from onnxrank.engine.batching import Batch, plan_batches
 from onnxrank.engine.session import DeviceInfo, OnnxModel, build_session
-from onnxrank.engine.spec import ModelSpec, load_model_spec, verify_files
+from onnxrank.engine.spec import ModelSpec, load_model_spec
 from onnxrank.engine.tokenize import EncodedRow, PairEncoder, load_tokenizer
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Device, Pair, Scores
@@ -268,7 +268,6 @@ class Reranker:
             spec, model_dir, device=config.device, precision=config.precision,
             threads=config.threads,
         )
-        verify_files(spec, model_dir, [model.info.variant])
         encoder = PairEncoder(load_tokenizer(spec, model_dir), max_length)
         return cls(spec, model_dir, model, encoder, config)
 

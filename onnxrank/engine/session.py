@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from onnxrank.engine.spec import ModelSpec
+from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.errors import DeviceUnavailableError, InferenceError, ModelLoadError
 from onnxrank.types import Device
 
@@ -184,9 +184,11 @@ def build_session(
 ) -> OnnxModel:
     """Build the session for the best variant on the resolved device and check what attached.
 
+    The variant's file and the tokenizer files are checked against their manifest hashes first.
+
     Raises:
         DeviceUnavailableError: CUDA was asked for and is unavailable or did not attach.
-        ModelLoadError: The ONNX file cannot be loaded.
+        ModelLoadError: A file does not match its manifest hash, or the ONNX file cannot be loaded.
         ValueError: Bad device, precision or threads.
     """
     if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -194,6 +196,7 @@ def build_session(
     available = ort.get_available_providers()
     resolved = resolve_device(device, available)
     variant = choose_variant(spec, resolved, precision)
+    verify_files(spec, model_dir, [variant])
     path = Path(model_dir) / spec.variants[variant].file
     thread_count = threads or usable_cpus()
     providers: list[str] = (

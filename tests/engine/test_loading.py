@@ -1,0 +1,163 @@
+"""Model loading, provider selection and load-time errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank import Device, Reranker
+from onnxrank.engine import session as session_module
+from onnxrank.engine.session import choose_variant, resolve_device
+from onnxrank.engine.spec import load_model_spec, sha256_file, write_manifest
+from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+
+
+@pytest.fixture()
+def model_copy(tiny_model_dir: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "tiny"
+    shutil.copytree(tiny_model_dir, target, ignore=shutil.ignore_patterns("checkpoint"))
+    return target
+
+
+def rewrite_manifest(model_dir: Path, **changes: object) -> None:
+    data = json.loads((model_dir / "manifest.json").read_text())
+    data.update(changes)
+    (model_dir / "manifest.json").write_text(json.dumps(data))
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"model directory {missing} does not exist or is not a directory"
+    )):
+        Reranker.from_dir(missing)
+
+
+def test_directory_without_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"could not find manifest.json in {tmp_path}; export a model with `onnxrank export`"
+    )):
+        Reranker.from_dir(tmp_path)
+
+
+def test_tampered_model_file_is_refused(model_copy: Path) -> None:
+    with open(model_copy / "model.onnx", "ab") as handle:
+        handle.write(b"tampered")
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"{model_copy / 'model.onnx'} does not match its manifest hash"
+    )):
+        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+
+
+def test_unreadable_model_is_refused(model_copy: Path) -> None:
+    (model_copy / "model.onnx").write_bytes(b"not an onnx file")
+    spec = load_model_spec(model_copy)
+    fp32 = replace(spec.variants["fp32"], sha256=sha256_file(model_copy / "model.onnx"))
+    write_manifest(replace(spec, variants={**spec.variants, "fp32": fp32}), model_copy)
+    with pytest.raises(ModelLoadError, match=re.escape(f"could not load {model_copy / 'model.onnx'}: ")):
+        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+
+
+def test_tokenizer_from_another_model_is_refused(model_copy: Path) -> None:
+    rewrite_manifest(model_copy, vocab_size=1000)
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"tokenizer {model_copy / 'tokenizer.json'} has 30522 tokens but the model's vocabulary "
+        "has 1000: the tokenizer does not belong to this model"
+    )):
+        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+
+
+def test_embedding_model_is_refused(model_copy: Path) -> None:
+    rewrite_manifest(model_copy, task="embedding")
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"{model_copy} holds a 'embedding' model; Reranker needs a cross-encoder exported with "
+        "--task rerank"
+    )):
+        Reranker.from_dir(model_copy)
+
+
+def test_stand_in_warns_that_scores_are_not_relevance(
+    model_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rewrite_manifest(model_copy, relevance_trained=False)
+    with caplog.at_level(logging.WARNING, logger="onnxrank.engine.reranker"):
+        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+    assert "its scores are not relevance scores" in caplog.text
+
+
+def test_from_pretrained_resolves_names(tiny_model_dir: Path, tmp_path: Path) -> None:
+    models_dir = tiny_model_dir.parent
+    by_name = Reranker.from_pretrained(tiny_model_dir.name, models_dir=models_dir, device="cpu")
+    by_path = Reranker.from_pretrained(tiny_model_dir, device="cpu")
+    pairs = [("wing", "a wing in a slipstream")]
+    np.testing.assert_array_equal(by_name.score(pairs), by_path.score(pairs))
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"no exported model named 'missing' in {tmp_path.resolve()}"
+    )):
+        Reranker.from_pretrained("missing", models_dir=tmp_path)
+
+
+# --- provider selection: this machine has no GPU, so the provider lists are faked ---------------
+
+CPU_ONLY = ["AzureExecutionProvider", "CPUExecutionProvider"]
+WITH_CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_resolve_device_cases(caplog: pytest.LogCaptureFixture) -> None:
+    assert resolve_device("cpu", WITH_CUDA) is Device.CPU
+    assert resolve_device("cuda", WITH_CUDA) is Device.CUDA
+    with caplog.at_level(logging.INFO, logger="onnxrank.engine.session"):
+        assert resolve_device("auto", WITH_CUDA) is Device.CUDA
+        assert resolve_device("auto", CPU_ONLY) is Device.CPU
+    assert "device='auto' chose cuda" in caplog.text and "device='auto' chose cpu" in caplog.text
+    with pytest.raises(ValueError, match=re.escape(
+        "device must be one of 'cpu', 'cuda', 'auto', got 'tpu'"
+    )):
+        resolve_device("tpu", CPU_ONLY)
+
+
+def test_explicit_cuda_without_provider_names_the_available_ones(tiny_model_dir: Path) -> None:
+    with pytest.raises(DeviceUnavailableError, match=re.escape(
+        "device='cuda' was requested but CUDAExecutionProvider is not available (available "
+        "providers: AzureExecutionProvider, CPUExecutionProvider). Install onnxruntime-gpu"
+    )):
+        resolve_device("cuda", CPU_ONLY)
+    if "CUDAExecutionProvider" not in session_module.ort.get_available_providers():
+        with pytest.raises(DeviceUnavailableError):
+            Reranker.from_dir(tiny_model_dir, device="cuda")
+
+
+def test_cuda_never_runs_int8(tiny_model_dir: Path) -> None:
+    spec = load_model_spec(tiny_model_dir)
+    assert choose_variant(spec, Device.CUDA) == "fp16"
+    assert choose_variant(spec, Device.CPU) == "int8"
+    with pytest.raises(ValueError, match=re.escape(
+        "precision='int8' is CPU-only; on CUDA use 'fp16', 'opt' or 'fp32'"
+    )):
+        choose_variant(spec, Device.CUDA, "int8")
+
+
+def test_cuda_that_does_not_attach(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """onnxruntime lists CUDA but the session falls back to CPU (e.g. missing cuDNN)."""
+    if "CUDAExecutionProvider" in session_module.ort.get_available_providers():
+        pytest.skip("a real CUDA provider is present")
+    monkeypatch.setattr(session_module.ort, "get_available_providers", lambda: WITH_CUDA)
+    with pytest.raises(DeviceUnavailableError, match=re.escape(
+        "CUDAExecutionProvider is installed but did not attach to "
+        f"{tiny_model_dir / 'model_fp16.onnx'} (session providers: CPUExecutionProvider); the "
+        "usual cause is missing or mismatched CUDA/cuDNN libraries."
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cuda")
+    with caplog.at_level(logging.WARNING, logger="onnxrank.engine.session"):
+        reranker = Reranker.from_dir(tiny_model_dir, device="auto")
+    assert reranker.device_info.device == "cpu" and reranker.device_info.variant == "int8"
+    assert "Falling back to CPU because device='auto'" in caplog.text

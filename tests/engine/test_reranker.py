@@ -1,0 +1,328 @@
+"""Reranker behaviour on the tiny exported model: parity, invariants, options and bad input."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank import RankedDocument, Reranker
+from onnxrank.engine.reranker import fallback_ranking
+from onnxrank.errors import InferenceError
+
+QUERY = "what similarity laws must be obeyed when constructing aeroelastic models"
+DOCUMENTS = [
+    "experimental investigation of the aerodynamics of a wing in a slipstream .",
+    "the theory of aeroelastic models of heated high speed aircraft and their similarity laws",
+    "",
+    "simple shear flow past a flat plate in an incompressible fluid of small viscosity . " * 3,
+    "boundary layer " * 300,  # longer than max_length: exercises truncation
+    "a",
+    "heat conduction in composite slabs",
+    "the effect of ablation on the heat transfer to a blunt body in hypersonic flow",
+]
+
+
+@pytest.fixture(scope="module")
+def fp32(tiny_model_dir: Path) -> Reranker:
+    return Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32")
+
+
+def torch_reference(checkpoint_dir: Path, pairs: list[tuple[str, str]], max_length: int) -> np.ndarray:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint_dir)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint_dir).eval()
+    encoded = tokenizer(
+        [query for query, _ in pairs], [document for _, document in pairs],
+        truncation="only_second", max_length=max_length, padding=True, return_tensors="pt",
+    )
+    with torch.no_grad():
+        return model(**encoded).logits[:, 0].numpy()
+
+
+def test_fp32_matches_pytorch_reference(fp32: Reranker, tiny_checkpoint_dir: Path) -> None:
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    expected = torch_reference(tiny_checkpoint_dir, pairs, fp32.config.max_length)
+    actual = fp32.score(pairs)
+    assert actual.dtype == np.float32
+    np.testing.assert_allclose(
+        actual, expected, atol=1e-4, rtol=0,
+        err_msg=f"tiny model fp32 ONNX vs PyTorch: {actual} vs {expected}",
+    )
+
+
+@pytest.mark.parametrize("precision", ["opt", "int8"])
+def test_variants_stay_within_export_thresholds(
+    tiny_model_dir: Path, fp32: Reranker, precision: str
+) -> None:
+    variant = Reranker.from_dir(tiny_model_dir, device="cpu", precision=precision)
+    assert variant.device_info.variant == precision
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    reference, actual = fp32.score(pairs), variant.score(pairs)
+    recorded = variant.spec.variants[precision].fidelity["max_abs_diff"]
+    # The export measured this variant against PyTorch on the validation set; on these pairs
+    # it must not be worse than twice that (plus fp32 noise).
+    assert np.abs(actual - reference).max() <= 2 * recorded + 1e-4
+
+
+def test_cpu_auto_precision_prefers_int8(tiny_model_dir: Path) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu")
+    info = reranker.device_info
+    assert (info.device, info.provider, info.variant) == ("cpu", "CPUExecutionProvider", "int8")
+    assert info.model_file.endswith(reranker.spec.variants["int8"].file)
+    assert info.threads >= 1
+
+
+@pytest.mark.parametrize(
+    ("max_batch_size", "max_batch_tokens"), [(1, 512), (7, 100_000), (64, 100_000), (64, 512)]
+)
+def test_scores_do_not_depend_on_batching(
+    tiny_model_dir: Path, fp32: Reranker, max_batch_size: int, max_batch_tokens: int
+) -> None:
+    pairs = [(QUERY, document) for document in DOCUMENTS] * 3
+    batched = Reranker.from_dir(
+        tiny_model_dir, device="cpu", precision="fp32",
+        max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
+    )
+    # fp32 kernels differ slightly by batch shape (blocking of the GEMMs); 1e-5 covers it.
+    np.testing.assert_allclose(batched.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
+
+
+def test_sorting_and_padding_options_do_not_change_scores(
+    tiny_model_dir: Path, fp32: Reranker
+) -> None:
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    padded = Reranker.from_dir(
+        tiny_model_dir, device="cpu", precision="fp32", sort_by_length=False, pad_to_multiple=512,
+        max_batch_tokens=512 * 32, max_batch_size=32,
+    )
+    np.testing.assert_allclose(padded.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
+
+
+def test_rerank_agrees_with_score(fp32: Reranker) -> None:
+    logits = fp32.score([(QUERY, document) for document in DOCUMENTS])
+    ranked = fp32.rerank(QUERY, DOCUMENTS)
+    expected_order = sorted(range(len(DOCUMENTS)), key=lambda index: (-logits[index], index))
+    assert [document.index for document in ranked] == expected_order
+    for document in ranked:
+        assert document.text == DOCUMENTS[document.index]
+        assert document.score == pytest.approx(1 / (1 + math.exp(-logits[document.index])))
+        assert document.reranked and document.span is None
+    raw = fp32.rerank(QUERY, DOCUMENTS, activation="none")
+    assert [document.score for document in raw] == pytest.approx(
+        [float(logits[index]) for index in expected_order]
+    )
+
+
+def test_top_k_keeps_the_best(fp32: Reranker) -> None:
+    full = fp32.rerank(QUERY, DOCUMENTS)
+    for top_k in (1, 3, len(DOCUMENTS), len(DOCUMENTS) + 5):
+        assert fp32.rerank(QUERY, DOCUMENTS, top_k=top_k) == full[:top_k]
+
+
+def test_ties_keep_input_order(fp32: Reranker) -> None:
+    documents = ["same text", "other", "same text", "same text"]
+    ranked = fp32.rerank(QUERY, documents)
+    same = [document.index for document in ranked if document.text == "same text"]
+    assert same == [0, 2, 3]
+    assert [document.index for document in fp32.rerank(QUERY, documents, top_k=2)] == [
+        document.index for document in ranked[:2]
+    ]
+
+
+def test_rerank_many_matches_single_requests(fp32: Reranker) -> None:
+    requests = [(QUERY, DOCUMENTS), ("heat transfer", DOCUMENTS[::-1]), ("empty", [])]
+    many = fp32.rerank_many(requests, top_k=4)
+    assert len(many) == 3 and many[2] == []
+    for (query, documents), result in zip(requests[:2], many):
+        single = fp32.rerank(query, documents, top_k=4)
+        assert [document.index for document in result] == [document.index for document in single]
+        assert [document.score for document in result] == pytest.approx(
+            [document.score for document in single], abs=1e-6
+        )
+
+
+def test_concurrent_calls_give_single_threaded_scores(fp32: Reranker) -> None:
+    queries = [f"{QUERY} {word}" for word in ("wing", "flutter", "heat", "shock", "plate", "jet",
+                                              "nozzle", "boundary")]
+    expected = {query: fp32.score([(query, document) for document in DOCUMENTS])
+                for query in queries}
+    results: dict[str, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(query: str) -> None:
+        try:
+            for _ in range(3):
+                results[query] = fp32.score([(query, document) for document in DOCUMENTS])
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(query,)) for query in queries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for query in queries:
+        np.testing.assert_allclose(results[query], expected[query], atol=1e-6, rtol=0)
+
+
+def test_max_chunk_finds_the_best_window(tiny_model_dir: Path, fp32: Reranker) -> None:
+    chunked = Reranker.from_dir(
+        tiny_model_dir, device="cpu", precision="fp32", long_documents="max_chunk",
+        window_tokens=32, window_overlap_tokens=8,
+    )
+    long_document = " ".join(DOCUMENTS[:2] + DOCUMENTS[3:4] + DOCUMENTS[6:]) * 4
+    short_document = DOCUMENTS[6]
+    ranked = {document.index: document for document in
+              chunked.rerank(QUERY, [long_document, short_document], activation="none")}
+    # A document that fits one window is scored whole, exactly as in truncate mode.
+    assert ranked[1].span == (0, len(short_document))
+    assert ranked[1].score == pytest.approx(float(fp32.score([(QUERY, short_document)])[0]), abs=1e-5)
+    start, end = ranked[0].span
+    assert 0 <= start < end <= len(long_document) and end - start < len(long_document)
+    # The kept window's score is the maximum over all windows, so it is at least the score of
+    # the first window and of every window taken separately.
+    window_rows = chunked._encoder.encode_windows(
+        [(QUERY, long_document)], window_tokens=32, overlap_tokens=8
+    )
+    assert len(window_rows) > 3
+    window_texts = [long_document[row.span[0]:row.span[1]] for row in window_rows]
+    assert window_texts[0].startswith(long_document[:20])
+    assert window_texts[-1].endswith(long_document.rstrip()[-10:])
+    best_window = int(np.argmax(fp32.score([(QUERY, text) for text in window_texts])))
+    assert ranked[0].span == window_rows[best_window].span
+
+
+def test_deadline_scores_in_retrieval_order_and_stops(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", max_batch_size=2)
+    documents = DOCUMENTS[:6]
+
+    class FakeClock:
+        """Every reading advances 10 ms, so each batch appears to take 10 ms."""
+
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 0.010
+            return self.now
+
+    monkeypatch.setattr("onnxrank.engine.reranker.time", FakeClock())
+    # start=10 ms; batch 1 starts at 20 (ends 30); batch 2 would start at 40 and is predicted to end
+    # at 50 > 45: stop. So exactly the first batch (documents 0 and 1, input order) is scored.
+    ranked = reranker.rerank(QUERY, documents, deadline_ms=35)
+    scored = [document for document in ranked if document.reranked]
+    unscored = [document for document in ranked if not document.reranked]
+    assert sorted(document.index for document in scored) == [0, 1]
+    assert [document.index for document in unscored] == [2, 3, 4, 5]
+    assert ranked[:2] == scored and all(math.isnan(document.score) for document in unscored)
+
+
+def test_generous_deadline_equals_plain_rerank(fp32: Reranker) -> None:
+    assert fp32.rerank(QUERY, DOCUMENTS, deadline_ms=60_000) == fp32.rerank(QUERY, DOCUMENTS)
+
+
+def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: Reranker) -> None:
+    cached = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", cache_size=100)
+    calls = {"encode": 0, "run": 0}
+    encode, run = cached._encoder.encode, cached._model.run
+
+    def counting_encode(pairs):  # type: ignore[no-untyped-def]
+        calls["encode"] += 1
+        return encode(pairs)
+
+    def counting_run(batch):  # type: ignore[no-untyped-def]
+        calls["run"] += 1
+        return run(batch)
+
+    cached._encoder.encode = counting_encode  # type: ignore[method-assign]
+    cached._model.run = counting_run  # type: ignore[method-assign]
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    first = cached.score(pairs)
+    assert calls["encode"] == 1 and calls["run"] >= 1
+    calls.update(encode=0, run=0)
+    second = cached.score(pairs)
+    assert calls == {"encode": 0, "run": 0}
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(first, fp32.score(pairs), atol=1e-5, rtol=0)
+    # One new pair: only that pair is encoded and run.
+    cached.score(pairs + [(QUERY, "a new document")])
+    assert calls["encode"] == 1
+
+
+def test_cache_keys_are_unambiguous(tiny_model_dir: Path) -> None:
+    cached = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", cache_size=2)
+    assert cached._cache is not None
+    assert cached._cache.key("ab", "c") != cached._cache.key("a", "bc")
+    scores = cached.score([("ab", "c"), ("a", "bc")])
+    fresh = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32")
+    np.testing.assert_allclose(scores, fresh.score([("ab", "c"), ("a", "bc")]), atol=1e-6)
+    cached.score([("x", "1"), ("y", "2"), ("z", "3")])
+    assert len(cached._cache) == 2  # LRU capacity holds
+
+
+def test_fallback_on_inference_error(fp32: Reranker, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_run(batch):  # type: ignore[no-untyped-def]
+        raise InferenceError("simulated failure")
+
+    monkeypatch.setattr(fp32._model, "run", broken_run)
+    with pytest.raises(InferenceError, match="simulated failure"):
+        fp32.rerank(QUERY, DOCUMENTS)
+    ranked = fp32.rerank(QUERY, DOCUMENTS, on_error="fallback", top_k=3)
+    assert ranked == fallback_ranking(DOCUMENTS)[:3]
+    assert [document.index for document in ranked] == [0, 1, 2]
+    assert not any(document.reranked for document in ranked)
+
+
+def test_nan_scores_raise_inference_error(fp32: Reranker, monkeypatch: pytest.MonkeyPatch) -> None:
+    def nan_run(batch):  # type: ignore[no-untyped-def]
+        return np.full((batch["input_ids"].shape[0], 1), np.nan, dtype=np.float32)
+
+    monkeypatch.setattr(fp32._model, "run", nan_run)
+    with pytest.raises(InferenceError, match=r"produced a non-finite score \(nan\) for input pair"):
+        fp32.rerank(QUERY, DOCUMENTS)
+
+
+def test_empty_inputs(fp32: Reranker) -> None:
+    assert fp32.rerank(QUERY, []) == []
+    assert fp32.score([]).shape == (0,)
+    ranked = fp32.rerank(QUERY, ["", "wing"])
+    assert sorted(document.index for document in ranked) == [0, 1]
+    assert isinstance(ranked[0], RankedDocument)
+
+
+@pytest.mark.parametrize("query", ["", "   "])
+def test_empty_query_is_rejected(fp32: Reranker, query: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"query must be a non-empty string, got {query!r}")):
+        fp32.rerank(query, DOCUMENTS)
+
+
+def test_bad_documents_are_rejected(fp32: Reranker) -> None:
+    with pytest.raises(TypeError, match=re.escape("documents[1] must be a str, got int")):
+        fp32.rerank(QUERY, ["fine", 3])
+    with pytest.raises(TypeError, match=re.escape("documents must be a list of str, got str")):
+        fp32.rerank(QUERY, "not a list")
+    with pytest.raises(TypeError, match=re.escape("pairs[0] must be a (query, document) tuple of two str")):
+        fp32.score([("only one",)])
+
+
+def test_bad_options_are_rejected(tiny_model_dir: Path, fp32: Reranker) -> None:
+    with pytest.raises(ValueError, match=re.escape("top_k must be a positive int or None, got 0")):
+        fp32.rerank(QUERY, DOCUMENTS, top_k=0)
+    with pytest.raises(ValueError, match=re.escape("activation must be 'sigmoid' or 'none', got 'tanh'")):
+        fp32.rerank(QUERY, DOCUMENTS, activation="tanh")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape(
+        "max_batch_tokens=100 must be >= max_length=512 so that one full-length row fits in a batch"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", max_batch_tokens=100)
+    with pytest.raises(ValueError, match=re.escape(
+        "long_documents must be 'truncate' or 'max_chunk', got 'split'"
+    )):
+        Reranker.from_dir(tiny_model_dir, long_documents="split")  # type: ignore[arg-type]
