@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
 import time
 from collections import OrderedDict
+from importlib import resources
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Sequence
@@ -14,7 +16,13 @@ from typing import Literal, Sequence
 import numpy as np
 
 from onnxrank.engine.batching import Batch, plan_batches
-from onnxrank.engine.session import DeviceInfo, OnnxModel, build_session
+from onnxrank.engine.session import (
+    OPENVINO_PROVIDER,
+    CpuProvider,
+    DeviceInfo,
+    OnnxModel,
+    build_session,
+)
 from onnxrank.engine.spec import ModelSpec, load_model_spec
 from onnxrank.engine.tokenize import EncodedRow, PairEncoder, load_tokenizer
 from onnxrank.errors import InferenceError, ModelLoadError
@@ -30,6 +38,10 @@ DEFAULT_MAX_BATCH_TOKENS = 8192
 DEFAULT_MAX_BATCH_SIZE = 64
 DEFAULT_PAD_TO_MULTIPLE = 8
 DEFAULT_WINDOW_OVERLAP_TOKENS = 64
+# OpenVINO runs only if it reproduces onnxruntime's own fp32 scores on the first shipped
+# validation pairs within this many logits (both run the same fp32 graph).
+OPENVINO_GATE_PAIRS = 16
+OPENVINO_GATE_MAX_ABS_DIFF = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,8 @@ class EngineConfig:
 
     Attributes:
         device: cpu, cuda or auto.
+        cpu_provider: On CPU: "auto" (OpenVINO EP when installed, usable and within the
+            fidelity gate, else onnxruntime's CPU EP), "openvino", or "default" (always the CPU EP).
         precision: auto, fp32, opt, int8 or fp16 (which exported variant to run).
         threads: Intra-op threads; None uses the CPUs this process may use.
         max_batch_tokens: Padded tokens per batch (rows × padded length). 8192 holds 16 pairs
@@ -76,6 +90,7 @@ class EngineConfig:
     """
 
     device: Device | str = Device.AUTO
+    cpu_provider: CpuProvider = "auto"
     precision: str = "auto"
     threads: int | None = None
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
@@ -183,6 +198,7 @@ class Reranker:
         path: str | Path,
         *,
         device: Device | str = Device.AUTO,
+        cpu_provider: CpuProvider = "auto",
         precision: str = "auto",
         threads: int | None = None,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
@@ -200,6 +216,9 @@ class Reranker:
         Args:
             path: Directory written by `onnxrank export`.
             device: "cpu", "cuda" or "auto" (CUDA when a working CUDA provider exists).
+            cpu_provider: "auto" (OpenVINO EP when installed and it passes a fidelity check
+                against onnxruntime's fp32 scores at load, else the CPU EP), "openvino" or
+                "default" (force onnxruntime's CPUExecutionProvider).
             precision: "auto" (int8 on CPU, fp16 on CUDA, falling back to fp32-optimized and
                 fp32), or one of "fp32", "opt", "int8", "fp16".
             threads: Intra-op threads; None uses the CPUs this process may run on.
@@ -224,6 +243,7 @@ class Reranker:
         """
         config = EngineConfig(
             device=device,
+            cpu_provider=cpu_provider,
             precision=precision,
             threads=threads,
             max_batch_tokens=max_batch_tokens,
@@ -266,9 +286,11 @@ class Reranker:
         config = replace(config, max_length=max_length)
         model = build_session(
             spec, model_dir, device=config.device, precision=config.precision,
-            threads=config.threads,
+            threads=config.threads, cpu_provider=config.cpu_provider,
         )
         encoder = PairEncoder(load_tokenizer(spec, model_dir), max_length)
+        if model.info.provider == OPENVINO_PROVIDER and config.cpu_provider == "auto":
+            model = _gate_openvino(spec, model_dir, model, encoder, config)
         return cls(spec, model_dir, model, encoder, config)
 
     @classmethod
@@ -412,19 +434,7 @@ class Reranker:
     def _run_batch(self, rows: list[EncodedRow], batch: Batch) -> np.ndarray:
         """Logits of one batch, in the batch's row order."""
         size = len(batch.rows)
-        input_ids = np.full((size, batch.padded_length), self.spec.pad_token_id, dtype=np.int64)
-        type_ids = np.zeros((size, batch.padded_length), dtype=np.int64)
-        attention_mask = np.zeros((size, batch.padded_length), dtype=np.int64)
-        for position, row_index in enumerate(batch.rows):
-            row = rows[row_index]
-            length = len(row.ids)
-            input_ids[position, :length] = row.ids
-            type_ids[position, :length] = row.type_ids
-            attention_mask[position, :length] = 1
-        logits = self._model.run(
-            {"input_ids": input_ids, "attention_mask": attention_mask,
-             "token_type_ids": type_ids}
-        )
+        logits = self._model.run(_batch_inputs(rows, batch, self.spec.pad_token_id))
         logits = np.asarray(logits, dtype=np.float32).reshape(size, -1)[:, 0]
         if not np.all(np.isfinite(logits)):
             bad = int(np.flatnonzero(~np.isfinite(logits))[0])
@@ -507,6 +517,45 @@ class Reranker:
             self.config.window_overlap_tokens,
         )
         return "|".join(str(setting) for setting in settings)
+
+
+def _gate_openvino(
+    spec: ModelSpec, model_dir: Path, model: OnnxModel, encoder: PairEncoder, config: EngineConfig
+) -> OnnxModel:
+    """Keep the OpenVINO session only if it matches the CPU EP's fp32 scores; else use the CPU EP."""
+    reference = build_session(spec, model_dir, device="cpu", precision="fp32",
+                              threads=config.threads, cpu_provider="default")
+    with resources.files("onnxrank.data").joinpath("validation_pairs.jsonl").open() as handle:
+        records = [json.loads(line) for line, _ in zip(handle, range(OPENVINO_GATE_PAIRS))]
+    rows = encoder.encode([(record["query"], record["passage"]) for record in records])
+    batch = plan_batches([len(row.ids) for row in rows], max_batch_tokens=1 << 30,
+                         max_batch_size=len(rows))[0]
+    feeds = _batch_inputs(rows, batch, spec.pad_token_id)
+    difference = float(np.abs(model.run(feeds) - reference.run(feeds)).max())
+    if difference <= OPENVINO_GATE_MAX_ABS_DIFF:
+        logger.info("OpenVINO EP passed the fidelity gate (max |Δlogit| %.2e)", difference)
+        return model
+    logger.warning(
+        "OpenVINO EP differs from onnxruntime's fp32 scores by %.2e (> %.0e) on the validation "
+        "pairs; using CPUExecutionProvider instead", difference, OPENVINO_GATE_MAX_ABS_DIFF,
+    )
+    return build_session(spec, model_dir, device="cpu", precision=config.precision,
+                         threads=config.threads, cpu_provider="default")
+
+
+def _batch_inputs(rows: list[EncodedRow], batch: Batch, pad_token_id: int) -> dict[str, np.ndarray]:
+    """Right-padded input_ids / attention_mask / token_type_ids for one batch."""
+    size = len(batch.rows)
+    input_ids = np.full((size, batch.padded_length), pad_token_id, dtype=np.int64)
+    type_ids = np.zeros((size, batch.padded_length), dtype=np.int64)
+    attention_mask = np.zeros((size, batch.padded_length), dtype=np.int64)
+    for position, row_index in enumerate(batch.rows):
+        row = rows[row_index]
+        length = len(row.ids)
+        input_ids[position, :length] = row.ids
+        type_ids[position, :length] = row.type_ids
+        attention_mask[position, :length] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": type_ids}
 
 
 # --- validation and post-processing ------------------------------------------------------------

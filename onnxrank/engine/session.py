@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -19,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
+OPENVINO_PROVIDER = "OpenVINOExecutionProvider"
+CpuProvider = Literal["auto", "openvino", "default"]
 # Per device, the variants to try in order. int8 is CPU-only: it is slow on GPUs (no int8 kernels
 # for most ops in the CUDA provider), so CUDA never picks it.
 VARIANT_PREFERENCE: dict[Device, tuple[str, ...]] = {
@@ -158,6 +162,36 @@ class OnnxModel:
         return binding.copy_outputs_to_cpu()[0]
 
 
+_openvino_lock = threading.Lock()
+_openvino_registered = False
+
+
+def openvino_cpu_device() -> ort.OrtEpDevice | None:
+    """The OpenVINO plugin's CPU device, or None when the plugin is not installed or lists none.
+
+    The plugin (PyPI `onnxruntime-ep-openvino`, extra `openvino`) is registered with onnxruntime
+    once per process. Its factory lists no device on CPUs it does not support (seen on AMD EPYC).
+    """
+    global _openvino_registered
+    try:
+        import onnxruntime_ep_openvino as plugin
+    except ImportError:
+        return None
+    with _openvino_lock:
+        if not _openvino_registered:
+            try:
+                ort.register_execution_provider_library("openvino", plugin.get_library_path())
+            except Exception as err:  # a broken plugin install must not break plain CPU use
+                logger.warning("could not register the OpenVINO EP plugin: %s", err)
+                return None
+            _openvino_registered = True
+    for device in ort.get_ep_devices():
+        if device.ep_name == OPENVINO_PROVIDER and device.ep_metadata.get("ov_device") == "CPU":
+            return device
+    logger.info("the OpenVINO EP plugin is installed but lists no CPU device on this machine")
+    return None
+
+
 def session_options(threads: int) -> ort.SessionOptions:
     """Session options used for every model (see docs/engine.md for the measurements behind them)."""
     options = ort.SessionOptions()
@@ -181,32 +215,58 @@ def build_session(
     device: Device | str = Device.AUTO,
     precision: str = "auto",
     threads: int | None = None,
+    cpu_provider: CpuProvider = "auto",
 ) -> OnnxModel:
     """Build the session for the best variant on the resolved device and check what attached.
 
     The variant's file and the tokenizer files are checked against their manifest hashes first.
+    On CPU, `cpu_provider` picks the execution provider:
+
+    1. ``"default"``: onnxruntime's CPUExecutionProvider.
+    2. ``"openvino"``: the OpenVINO EP plugin on the fp32 graph (its contrib-op-free export runs
+       whole inside OpenVINO); DeviceUnavailableError when the plugin lists no CPU device.
+    3. ``"auto"``: OpenVINO when the plugin lists a CPU device, else CPUExecutionProvider.
 
     Raises:
-        DeviceUnavailableError: CUDA was asked for and is unavailable or did not attach.
+        DeviceUnavailableError: CUDA or OpenVINO was asked for and is unavailable or did not attach.
         ModelLoadError: A file does not match its manifest hash, or the ONNX file cannot be loaded.
-        ValueError: Bad device, precision or threads.
+        ValueError: Bad device, precision, threads or cpu_provider.
     """
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    if cpu_provider not in ("auto", "openvino", "default"):
+        raise ValueError(
+            f"cpu_provider must be 'auto', 'openvino' or 'default', got {cpu_provider!r}"
+        )
     available = ort.get_available_providers()
     resolved = resolve_device(device, available)
-    variant = choose_variant(spec, resolved, precision)
+    thread_count = threads or usable_cpus()
+    options = session_options(thread_count)
+    providers: list[str] | None = None
+    openvino_device = None
+    if resolved is Device.CPU and cpu_provider != "default":
+        openvino_device = openvino_cpu_device()
+        if openvino_device is None and cpu_provider == "openvino":
+            raise DeviceUnavailableError(
+                "cpu_provider='openvino' was requested but the OpenVINO EP plugin is not "
+                "installed or lists no CPU device on this machine; install it with "
+                'pip install "onnxrank[openvino]" (Intel CPUs), or pass cpu_provider="default"'
+            )
+    if openvino_device is not None:
+        variant = "fp32" if precision == "auto" else choose_variant(spec, resolved, precision)
+        # OpenVINO takes its thread count through load_config, not intra_op_num_threads.
+        # f32 precision hint: OpenVINO would otherwise pick bf16 on CPUs that have it.
+        load_config = json.dumps({"CPU": {"INFERENCE_NUM_THREADS": str(thread_count),
+                                          "INFERENCE_PRECISION_HINT": "f32"}})
+        options.add_provider_for_devices([openvino_device], {"load_config": load_config})
+    else:
+        variant = choose_variant(spec, resolved, precision)
+        providers = [CUDA_PROVIDER, CPU_PROVIDER] if resolved is Device.CUDA else [CPU_PROVIDER]
     verify_files(spec, model_dir, [variant])
     path = Path(model_dir) / spec.variants[variant].file
-    thread_count = threads or usable_cpus()
-    providers: list[str] = (
-        [CUDA_PROVIDER, CPU_PROVIDER] if resolved is Device.CUDA else [CPU_PROVIDER]
-    )
     with _build_lock:
         try:
-            session = ort.InferenceSession(
-                str(path), sess_options=session_options(thread_count), providers=providers
-            )
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as err:  # onnxruntime raises its own untyped errors
             raise ModelLoadError(f"could not load {path}: {err}") from err
     attached = session.get_providers()
@@ -220,7 +280,7 @@ def build_session(
             raise DeviceUnavailableError(message)
         logger.warning("%s Falling back to CPU because device='auto'.", message)
         return build_session(spec, model_dir, device=Device.CPU, precision=precision,
-                             threads=threads)
+                             threads=threads, cpu_provider=cpu_provider)
     info = DeviceInfo(
         device=resolved.value,
         provider=attached[0],

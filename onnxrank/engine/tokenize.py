@@ -59,6 +59,11 @@ class PairEncoder:
         self.max_length = max_length
         self.max_query_tokens = max_length // 2
         self._special_tokens = tokenizer.num_special_tokens_to_add(is_pair=True)
+        # Whole pairs go through Rust in one call (encode_batch_fast, no offsets): 2,000 Cranfield
+        # pairs took 253 ms this way vs 310 ms splicing per pair in Python (docs/engine.md).
+        # Truncation settings live on the Tokenizer object, so this copy owns them.
+        self._pair_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self._pair_tokenizer.enable_truncation(max_length, strategy="only_second")
 
     def _encode_plain(self, texts: Sequence[str]) -> list[Encoding]:
         return self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
@@ -74,15 +79,18 @@ class PairEncoder:
     def encode(self, pairs: Sequence[Pair]) -> list[EncodedRow]:
         """One row per pair; documents are truncated so the row fits `max_length`."""
         query_encodings = self._cap_queries([query for query, _ in pairs])
-        document_encodings = self._encode_plain([document for _, document in pairs])
-        rows = []
-        for index, ((query, _), document) in enumerate(zip(pairs, document_encodings)):
-            query_encoding = query_encodings[query]
-            room = self.max_length - self._special_tokens - len(query_encoding.ids)
-            if len(document.ids) > room:
-                document.truncate(room)
-            rows.append(self._row(query_encoding, document, index, None))
-        return rows
+        capped = {query: _text_of(query, encoding) for query, encoding in query_encodings.items()}
+        encodings = self._pair_tokenizer.encode_batch_fast(
+            [(capped[query], document) for query, document in pairs]
+        )
+        return [
+            EncodedRow(
+                ids=np.asarray(encoding.ids, dtype=np.int64),
+                type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
+                pair_index=index,
+            )
+            for index, encoding in enumerate(encodings)
+        ]
 
     def encode_windows(
         self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int
@@ -125,3 +133,10 @@ class PairEncoder:
             pair_index=index,
             span=span,
         )
+
+
+def _text_of(query: str, encoding: Encoding) -> str:
+    """The query text that `encoding` (possibly truncated) covers."""
+    if not encoding.overflowing:
+        return query
+    return query[: encoding.offsets[-1][1]] if encoding.offsets else ""

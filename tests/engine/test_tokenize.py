@@ -1,0 +1,72 @@
+"""PairEncoder's spliced rows are exactly the tokenizer's own pair encoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
+
+PAIRS = [
+    ("what is wing flutter", "Flutter is an aeroelastic instability of lifting surfaces."),
+    ("empty document", ""),
+    ("unicode", "Schrödinger’s équation — naïve café, 東京, emoji 🚀 and  odd   spacing\tand\ttabs"),
+    ("long", "boundary layer transition on a flat plate " * 120),
+    ("punctuation-heavy query: (a) [b] {c} \"d\" 'e'", "x-y=z; a/b, c.d!"),
+    ("query " * 300, "a query longer than half of max_length gets cut to leave the document room"),
+]
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir: Path) -> PairEncoder:
+    spec = load_model_spec(tiny_model_dir)
+    return PairEncoder(load_tokenizer(spec, tiny_model_dir), max_length=128)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir: Path) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(128, strategy="only_second")
+    return tokenizer
+
+
+def test_spliced_rows_equal_the_tokenizers_pair_encoding(
+    encoder: PairEncoder, reference: Tokenizer
+) -> None:
+    rows = encoder.encode(PAIRS[:-1])
+    for row, (query, document) in zip(rows, PAIRS[:-1]):
+        expected = reference.encode(query, document)
+        assert row.ids.tolist() == expected.ids, (query, document)
+        assert row.type_ids.tolist() == expected.type_ids
+        assert row.ids.dtype == np.int64 and len(row.ids) <= 128
+
+
+def test_long_queries_are_cut_to_half_of_max_length(
+    encoder: PairEncoder, reference: Tokenizer
+) -> None:
+    query, document = PAIRS[-1]
+    (row,) = encoder.encode([(query, document)])
+    query_tokens = int((row.type_ids == 0).sum()) - 2  # minus [CLS] and the first [SEP]
+    assert query_tokens == 64
+    # the whole (short) document survives after the cut query
+    document_ids = reference.encode(document, add_special_tokens=False).ids
+    assert row.ids[-len(document_ids) - 1:-1].tolist() == document_ids
+
+
+def test_windows_cover_the_document_with_overlap(encoder: PairEncoder, reference: Tokenizer) -> None:
+    query, document = PAIRS[3]
+    rows = encoder.encode_windows([(query, document)], window_tokens=40, overlap_tokens=10)
+    assert len(rows) > 5 and all(row.pair_index == 0 for row in rows)
+    assert rows[0].span[0] == 0 and rows[-1].span[1] == len(document.rstrip())
+    for previous, current in zip(rows, rows[1:]):
+        assert current.span[0] < previous.span[1]  # consecutive windows overlap
+    # Each window is the pair encoding of its own text (the spans cut at whole words here).
+    for row in rows:
+        window_text = document[row.span[0]:row.span[1]]
+        reference_ids = reference.encode(query, window_text).ids
+        assert row.ids.tolist() == reference_ids
