@@ -161,3 +161,31 @@ def test_cuda_that_does_not_attach(
         reranker = Reranker.from_dir(tiny_model_dir, device="auto")
     assert reranker.device_info.device == "cpu" and reranker.device_info.variant == "int8"
     assert "Falling back to CPU because device='auto'" in caplog.text
+
+
+def test_openvino_provider_is_explicit_about_availability(tiny_model_dir: Path) -> None:
+    """cpu_provider='openvino' either runs OpenVINO (matching fp32) or raises: never a quiet CPU EP."""
+    from onnxrank.engine.session import openvino_cpu_device
+
+    if openvino_cpu_device() is None:
+        with pytest.raises(DeviceUnavailableError, match=re.escape(
+            "cpu_provider='openvino' was requested but the OpenVINO EP plugin is not installed or "
+            "lists no CPU device on this machine"
+        )):
+            Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="openvino")
+        auto = Reranker.from_dir(tiny_model_dir, device="cpu")
+        assert auto.device_info.provider == "CPUExecutionProvider"
+    else:
+        openvino = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="openvino")
+        assert openvino.device_info.provider == "OpenVINOExecutionProvider"
+        assert openvino.device_info.variant == "fp32"
+        fp32 = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="default",
+                                 precision="fp32")
+        pairs = [("wing flutter", "flutter of a wing"), ("heat", "heat transfer in slabs")]
+        np.testing.assert_allclose(openvino.score(pairs), fp32.score(pairs), atol=1e-3)
+    default = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="default")
+    assert default.device_info.provider == "CPUExecutionProvider"
+    with pytest.raises(ValueError, match=re.escape(
+        "cpu_provider must be 'auto', 'openvino' or 'default', got 'gpu'"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="gpu")  # type: ignore[arg-type]
