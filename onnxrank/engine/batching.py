@@ -21,6 +21,11 @@ def round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
 
+# What one extra session.run costs, in padded tokens: small batches waste less padding but run
+# less efficient GEMMs and pay the call overhead. Measured on the stand-in (docs/engine.md).
+BATCH_OVERHEAD_TOKENS = 256
+
+
 def plan_batches(
     lengths: NDArray[np.integer] | list[int],
     *,
@@ -28,11 +33,13 @@ def plan_batches(
     max_batch_size: int,
     sort_by_length: bool = True,
     pad_to_multiple: int = 1,
+    batch_overhead_tokens: int = BATCH_OVERHEAD_TOKENS,
 ) -> list[Batch]:
     """Cut rows into batches with ``padded_length * n_rows <= max_batch_tokens`` and ``n_rows <= max_batch_size``.
 
-    1. ``sort_by_length=True``: rows are ordered by token length (stable, so ties keep input order)
-       and cut greedily, so each batch holds rows of similar length and pads little.
+    1. ``sort_by_length=True``: rows are ordered by token length (stable, so ties keep input
+       order), then cut where it minimises the padded tokens run plus `batch_overhead_tokens`
+       per batch (an exact dynamic programme over the sorted rows: O(rows × max_batch_size)).
     2. ``sort_by_length=False``: rows keep input order (used for deadlines, which must score
        the retrieval order first) and are cut greedily in that order.
 
@@ -45,17 +52,52 @@ def plan_batches(
             f"{max_batch_tokens}, {max_batch_size}, {pad_to_multiple}"
         )
     lengths = np.asarray(lengths, dtype=np.int64)
-    order = np.argsort(lengths, kind="stable") if sort_by_length else np.arange(len(lengths))
+    padded = -(-lengths // pad_to_multiple) * pad_to_multiple
+    if not sort_by_length:
+        return _cut_greedily(np.arange(len(lengths)), padded, max_batch_tokens, max_batch_size)
+    order = np.argsort(lengths, kind="stable")
+    return _cut_optimally(order, padded[order], max_batch_tokens, max_batch_size,
+                          batch_overhead_tokens)
+
+
+def _cut_greedily(
+    order: NDArray[np.intp], padded: NDArray[np.int64], max_batch_tokens: int, max_batch_size: int
+) -> list[Batch]:
     batches: list[Batch] = []
-    start = 0
-    longest = 0
+    start, longest = 0, 0
     for position, row in enumerate(order):
-        candidate = max(longest, round_up(int(lengths[row]), pad_to_multiple))
+        candidate = max(longest, int(padded[row]))
         count = position - start + 1
         if count > 1 and (candidate * count > max_batch_tokens or count > max_batch_size):
             batches.append(Batch(rows=order[start:position], padded_length=longest))
-            start, candidate = position, round_up(int(lengths[row]), pad_to_multiple)
+            start, candidate = position, int(padded[row])
         longest = candidate
     if start < len(order):
         batches.append(Batch(rows=order[start:], padded_length=longest))
     return batches
+
+
+def _cut_optimally(
+    order: NDArray[np.intp], sorted_padded: NDArray[np.int64], max_batch_tokens: int,
+    max_batch_size: int, batch_overhead_tokens: int,
+) -> list[Batch]:
+    """Exact minimum of sum(padded tokens) + overhead per batch over contiguous cuts of sorted rows."""
+    count = len(order)
+    # best[j] = cheapest plan for the first j rows; a batch of rows i..j-1 costs
+    # sorted_padded[j-1] * (j - i) + overhead, since the last (longest) row sets its padding.
+    best = np.zeros(count + 1, dtype=np.float64)
+    cut = np.zeros(count + 1, dtype=np.int64)
+    for end in range(1, count + 1):
+        longest = int(sorted_padded[end - 1])
+        max_rows = min(max_batch_size, max(1, max_batch_tokens // longest), end)
+        starts = np.arange(end - max_rows, end)
+        costs = best[starts] + longest * (end - starts) + batch_overhead_tokens
+        choice = int(np.argmin(costs))  # first minimum: the largest batch among equal costs
+        best[end], cut[end] = costs[choice], starts[choice]
+    batches: list[Batch] = []
+    end = count
+    while end > 0:
+        start = int(cut[end])
+        batches.append(Batch(rows=order[start:end], padded_length=int(sorted_padded[end - 1])))
+        end = start
+    return batches[::-1]

@@ -1,7 +1,8 @@
-"""plan_batches against a brute-force oracle on seeded random lengths."""
+"""plan_batches against brute-force oracles on seeded random lengths."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -10,11 +11,10 @@ import pytest
 from onnxrank.engine.batching import plan_batches, round_up
 
 
-def oracle(lengths: list[int], budget: int, cap: int, sort: bool, multiple: int) -> list[list[int]]:
-    """Greedy reference: extend the batch while the padded cost and size stay in bounds."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i)) if sort else list(range(len(lengths)))
+def greedy_oracle(lengths: list[int], budget: int, cap: int, multiple: int) -> list[list[int]]:
+    """Input order: extend the batch while the padded cost and size stay in bounds."""
     batches: list[list[int]] = []
-    for row in order:
+    for row in range(len(lengths)):
         if batches:
             trial = batches[-1] + [row]
             padded = max(round_up(lengths[i], multiple) for i in trial)
@@ -25,17 +25,25 @@ def oracle(lengths: list[int], budget: int, cap: int, sort: bool, multiple: int)
     return batches
 
 
-@pytest.mark.parametrize("seed", range(25))
-def test_plan_matches_oracle(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 513, size=int(rng.integers(0, 200))).tolist()
-    budget = int(rng.choice([512, 2048, 8192, 100_000]))
-    cap = int(rng.choice([1, 7, 32, 64, 1000]))
-    sort = bool(seed % 2)
-    multiple = int(rng.choice([1, 8, 16]))
-    batches = plan_batches(lengths, max_batch_tokens=budget, max_batch_size=cap,
-                           sort_by_length=sort, pad_to_multiple=multiple)
-    assert [batch.rows.tolist() for batch in batches] == oracle(lengths, budget, cap, sort, multiple)
+def cheapest_cost(lengths: list[int], budget: int, cap: int, multiple: int, overhead: int) -> int:
+    """Sorted rows: the minimum of padded tokens + overhead per batch over every feasible cut."""
+    padded = sorted(round_up(length, multiple) for length in lengths)
+    best = None
+    for cuts in itertools.product([False, True], repeat=max(0, len(padded) - 1)):
+        bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [len(padded)]
+        cost = 0
+        for start, end in zip(bounds, bounds[1:]):
+            size = end - start
+            if size > 1 and (padded[end - 1] * size > budget or size > cap):
+                break
+            cost += padded[end - 1] * size + overhead
+        else:
+            best = cost if best is None else min(best, cost)
+    assert best is not None
+    return best
+
+
+def check_batches(batches, lengths, budget, cap, multiple) -> None:  # type: ignore[no-untyped-def]
     seen = sorted(row for batch in batches for row in batch.rows.tolist())
     assert seen == list(range(len(lengths)))
     for batch in batches:
@@ -43,6 +51,43 @@ def test_plan_matches_oracle(seed: int) -> None:
         assert batch.padded_length == round_up(longest, multiple)
         assert len(batch.rows) <= cap
         assert len(batch.rows) == 1 or batch.padded_length * len(batch.rows) <= budget
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sorted_plan_is_optimal(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 513, size=int(rng.integers(1, 12))).tolist()
+    budget = int(rng.choice([512, 1024, 2048, 100_000]))
+    cap = int(rng.choice([1, 3, 7, 64]))
+    multiple = int(rng.choice([1, 8, 16]))
+    overhead = int(rng.choice([0, 64, 256, 4096]))
+    batches = plan_batches(lengths, max_batch_tokens=budget, max_batch_size=cap,
+                           pad_to_multiple=multiple, batch_overhead_tokens=overhead)
+    check_batches(batches, lengths, budget, cap, multiple)
+    cost = sum(batch.padded_length * len(batch.rows) + overhead for batch in batches)
+    assert cost == cheapest_cost(lengths, budget, cap, multiple, overhead)
+    rows = [row for batch in batches for row in batch.rows.tolist()]
+    assert rows == sorted(range(len(lengths)), key=lambda row: (lengths[row], row))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_input_order_plan_matches_greedy_oracle(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 513, size=int(rng.integers(0, 200))).tolist()
+    budget = int(rng.choice([512, 2048, 8192, 100_000]))
+    cap = int(rng.choice([1, 7, 32, 64, 1000]))
+    multiple = int(rng.choice([1, 8, 16]))
+    batches = plan_batches(lengths, max_batch_tokens=budget, max_batch_size=cap,
+                           sort_by_length=False, pad_to_multiple=multiple)
+    assert [batch.rows.tolist() for batch in batches] == greedy_oracle(lengths, budget, cap, multiple)
+    check_batches(batches, lengths, budget, cap, multiple)
+
+
+def test_large_inputs_respect_the_limits() -> None:
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(20, 513, size=3000).tolist()
+    batches = plan_batches(lengths, max_batch_tokens=8192, max_batch_size=64, pad_to_multiple=8)
+    check_batches(batches, lengths, 8192, 64, 8)
 
 
 def test_sorting_cuts_padding_on_mixed_lengths() -> None:
@@ -56,7 +101,8 @@ def test_sorting_cuts_padding_on_mixed_lengths() -> None:
     assert padded_tokens(True) < 0.75 * padded_tokens(False)
 
 
-def test_bad_settings() -> None:
+def test_empty_and_bad_settings() -> None:
+    assert plan_batches([], max_batch_tokens=512, max_batch_size=8) == []
     with pytest.raises(ValueError, match=re.escape(
         "max_batch_tokens, max_batch_size and pad_to_multiple must be >= 1, got 0, 8, 1"
     )):
