@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Tuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-Pair = Tuple[str, str]
+Pair = tuple[str, str]
 """A (query, document) pair."""
 
 Scores = NDArray[np.float32]

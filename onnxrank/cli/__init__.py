@@ -14,7 +14,8 @@ EXAMPLES = """examples:
   onnxrank export --model minilm-standin --out models/minilm-standin
   onnxrank models list
   onnxrank index --source docs --index indexes/docs --embedder minilm-embedder
-  onnxrank query "how are int8 models validated" --index indexes/docs --mode hybrid --rerank --model minilm-standin
+  onnxrank query "how are int8 models validated" --index indexes/docs --mode hybrid \\
+      --rerank --model minilm-standin
   onnxrank eval --dataset ../shared/data/cranfield --index indexes/cranfield
   onnxrank bench --quick
 """

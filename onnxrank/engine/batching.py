@@ -35,7 +35,9 @@ def plan_batches(
     pad_to_multiple: int = 1,
     batch_overhead_tokens: int = BATCH_OVERHEAD_TOKENS,
 ) -> list[Batch]:
-    """Cut rows into batches with ``padded_length * n_rows <= max_batch_tokens`` and ``n_rows <= max_batch_size``.
+    """Cut rows into batches of at most `max_batch_tokens` padded tokens and `max_batch_size` rows.
+
+    A batch's cost is ``padded_length * n_rows`` (every row is padded to the batch's longest).
 
     1. ``sort_by_length=True``: rows are ordered by token length (stable, so ties keep input
        order), then cut where it minimises the padded tokens run plus `batch_overhead_tokens`
@@ -51,11 +53,11 @@ def plan_batches(
             "max_batch_tokens, max_batch_size and pad_to_multiple must be >= 1, got "
             f"{max_batch_tokens}, {max_batch_size}, {pad_to_multiple}"
         )
-    lengths = np.asarray(lengths, dtype=np.int64)
-    padded = -(-lengths // pad_to_multiple) * pad_to_multiple
+    row_lengths = np.asarray(lengths, dtype=np.int64)
+    padded: NDArray[np.int64] = -(-row_lengths // pad_to_multiple) * pad_to_multiple
     if not sort_by_length:
-        return _cut_greedily(np.arange(len(lengths)), padded, max_batch_tokens, max_batch_size)
-    order = np.argsort(lengths, kind="stable")
+        return _cut_greedily(np.arange(len(row_lengths)), padded, max_batch_tokens, max_batch_size)
+    order = np.argsort(row_lengths, kind="stable")
     return _cut_optimally(order, padded[order], max_batch_tokens, max_batch_size,
                           batch_overhead_tokens)
 

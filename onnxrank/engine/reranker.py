@@ -8,10 +8,11 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from importlib import resources
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
