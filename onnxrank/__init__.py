@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from onnxrank.engine.reranker import RankedDocument, Reranker
+from onnxrank.retrieval.hybrid import HybridRetriever
 from onnxrank.types import Device
 
 __version__ = "0.1.0"
 
-__all__ = ["Device", "RankedDocument", "Reranker", "__version__"]
+__all__ = ["Device", "HybridRetriever", "RankedDocument", "Reranker", "__version__"]

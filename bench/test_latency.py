@@ -1,0 +1,32 @@
+"""Latency: rerank 50 candidates for one query; p50/p95/p99 over many queries, per regime.
+
+Budgets (bench/budgets.toml, scenario "latency"): engine p50_ms/p95_ms per regime, and the
+product's promise floors: engine >= 2.5x faster than sentence-transformers on short passages and
+>= 3.5x on mixed ones (median of per-query ratios).
+"""
+
+from __future__ import annotations
+
+from conftest import BenchRun
+
+from onnxrank.bench.baselines import FLASHRANK_SKIP_REASON
+from onnxrank.bench.contenders import engine_contender
+from onnxrank.bench.workloads import Regime
+
+SCENARIO = "latency"
+BASELINES = ("st", "naive_ort", "fastembed")
+
+
+def test_latency(benchmark, bench: BenchRun, device: str, regime: Regime) -> None:
+    bench.require_device(SCENARIO, regime.name, device)
+    workload = bench.workload(regime, bench.sizes.latency_queries)
+    engine = engine_contender("engine", "onnxrank engine (defaults)", bench.engine(device))
+    baselines, skipped = bench.baseline_contenders(device, BASELINES)
+    skipped["flashrank"] = FLASHRANK_SKIP_REASON
+    bench.compare(
+        benchmark, scenario=SCENARIO, regime=regime.name, device=device,
+        contenders=[engine, *baselines], items=[(request,) for request in workload.requests],
+        pairs_per_item=[len(request.documents) for request in workload.requests],
+        ratios=[("engine", baseline.name) for baseline in baselines],
+        skipped=skipped, workload=workload,
+    )

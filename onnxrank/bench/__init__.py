@@ -1,0 +1,3 @@
+"""`onnxrank bench`: workloads, baselines, interleaved measurement, budgets and the report."""
+
+from __future__ import annotations

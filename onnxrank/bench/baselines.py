@@ -1,0 +1,261 @@
+"""What the engine is compared with, each scoring the same pairs on the same thread count.
+
+- ``st``: sentence-transformers CrossEncoder on the PyTorch checkpoint the model was exported from
+  (fp32, its default batch size of 32, ``torch.set_num_threads`` set explicitly).
+- ``naive_ort``: onnxruntime on the same fp32 ONNX file, the way a first attempt looks: fixed
+  batches of 32 in input order, every row padded to max_length.
+- ``fastembed``: fastembed's TextCrossEncoder on our int8 file, registered as a custom model and
+  loaded from the model directory (no hub download).
+- FlashRank cannot take part: see FLASHRANK_SKIP_REASON.
+
+A baseline that cannot run here raises MissingDependencyError, DeviceUnavailableError or
+ModelLoadError; the suite reports the message as the reason it skipped that baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from onnxrank._optional import require
+from onnxrank.engine.session import build_session
+from onnxrank.engine.spec import ModelSpec
+from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+from onnxrank.types import Pair, Scores
+
+logger = logging.getLogger(__name__)
+
+NAIVE_BATCH_SIZE = 32
+ST_BATCH_SIZE = 32  # CrossEncoder.predict's default
+FASTEMBED_BATCH_SIZE = 64  # TextCrossEncoder.rerank_pairs's default
+FASTEMBED_FILES = ("tokenizer.json", "tokenizer_config.json")
+FASTEMBED_OPTIONAL_FILES = ("config.json", "special_tokens_map.json", "vocab.txt")
+FLASHRANK_SKIP_REASON = (
+    "FlashRank skipped: Ranker(model_name=...) only loads its own model names from "
+    "cache_dir/<name>/<fixed file name>, downloading them when absent, so it cannot be pointed "
+    "at our int8 file; it also builds its onnxruntime session without a thread setting"
+)
+
+
+def checkpoint_dir(spec: ModelSpec, model_dir: Path) -> Path:
+    """The PyTorch checkpoint a model was exported from.
+
+    1. Manifest ``source["checkpoint_dir"]``, relative to the model directory (the stand-ins).
+    2. Else ``source["path"]`` of a model exported from a local checkpoint directory.
+
+    Raises:
+        ModelLoadError: Neither names an existing directory.
+    """
+    name = spec.source.get("checkpoint_dir")
+    if name:
+        path = Path(model_dir) / name
+        if not path.is_dir():
+            raise ModelLoadError(
+                f"checkpoint directory {name!r} named by the manifest does not exist in {model_dir}"
+            )
+        return path
+    local = spec.source.get("path") if spec.source.get("kind") == "local" else None
+    if local and Path(local).is_dir():
+        return Path(local)
+    raise ModelLoadError(
+        f"the manifest of {model_dir} names no PyTorch checkpoint (source['checkpoint_dir'] or "
+        "an existing local source['path']), so the sentence-transformers baseline has nothing "
+        "to load; export with the checkpoint saved beside the ONNX files"
+    )
+
+
+class SentenceTransformersBaseline:
+    """sentence-transformers CrossEncoder, PyTorch fp32, default batch size.
+
+    Args:
+        spec: The exported model's manifest.
+        model_dir: Its directory (the checkpoint is found through the manifest).
+        device: "cpu" or "cuda".
+        threads: torch intra-op threads, set explicitly for the whole process.
+
+    Raises:
+        MissingDependencyError: sentence-transformers is not installed.
+        DeviceUnavailableError: device="cuda" but torch has no CUDA.
+        ModelLoadError: No checkpoint directory.
+    """
+
+    name = "st"
+
+    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
+        path = checkpoint_dir(spec, model_dir)
+        torch = require("torch", extra="bench")
+        sentence_transformers = require("sentence_transformers", extra="bench")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                "torch.cuda.is_available() is False (a CPU-only torch build?), so the "
+                "sentence-transformers baseline cannot run on cuda"
+            )
+        torch.set_num_threads(threads)
+        self._model = sentence_transformers.CrossEncoder(
+            str(path), device=device, max_length=spec.max_length, local_files_only=True,
+        )
+        self.settings: dict[str, Any] = {
+            "runtime": f"torch {torch.__version__}, sentence-transformers "
+                       f"{sentence_transformers.__version__}",
+            "device": device,
+            "precision": "fp32",
+            "threads": threads,
+            "batch_size": ST_BATCH_SIZE,
+            "checkpoint": str(path),
+        }
+        self.label = f"sentence-transformers CrossEncoder (PyTorch fp32, batch {ST_BATCH_SIZE})"
+
+    def score(self, pairs: Sequence[Pair]) -> Scores:
+        """Scores of the pairs, in input order."""
+        return np.asarray(
+            self._model.predict(list(pairs), batch_size=ST_BATCH_SIZE, show_progress_bar=False),
+            dtype=np.float32,
+        )
+
+
+class NaiveOrtBaseline:
+    """onnxruntime on the fp32 file: batches of 32 in input order, each row padded to max_length.
+
+    Args:
+        spec: The exported model's manifest.
+        model_dir: Its directory.
+        device: "cpu" or "cuda".
+        threads: onnxruntime intra-op threads.
+
+    Raises:
+        ValueError: The model has no fp32 variant.
+        DeviceUnavailableError: device="cuda" without a working CUDA provider.
+        ModelLoadError: The ONNX or tokenizer file cannot be loaded.
+    """
+
+    name = "naive_ort"
+
+    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
+        self._model = build_session(spec, model_dir, device=device, precision="fp32",
+                                    threads=threads)
+        tokenizer_path = Path(model_dir) / spec.tokenizer_file
+        try:
+            self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        except Exception as err:  # tokenizers raises a bare Exception on bad files
+            raise ModelLoadError(f"could not load {tokenizer_path}: {err}") from err
+        self._tokenizer.enable_truncation(spec.max_length)
+        self._tokenizer.enable_padding(length=spec.max_length, pad_id=spec.pad_token_id)
+        info = self._model.info
+        self.settings = {
+            "runtime": f"onnxruntime {info.onnxruntime_version}",
+            "device": info.device,
+            "provider": info.provider,
+            "variant": info.variant,
+            "model_file": info.model_file,
+            "threads": info.threads,
+            "batch_size": NAIVE_BATCH_SIZE,
+            "padding": f"every row to max_length={spec.max_length}, input order",
+        }
+        self.label = f"naive onnxruntime loop (fp32, batch {NAIVE_BATCH_SIZE}, pad to {spec.max_length})"
+
+    def score(self, pairs: Sequence[Pair]) -> Scores:
+        """Scores of the pairs, in input order."""
+        scores = []
+        for start in range(0, len(pairs), NAIVE_BATCH_SIZE):
+            encodings = self._tokenizer.encode_batch(list(pairs[start:start + NAIVE_BATCH_SIZE]))
+            batch = {
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+            }
+            scores.append(np.asarray(self._model.run(batch), dtype=np.float32)[:, 0])
+        return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
+
+
+class FastembedBaseline:
+    """fastembed TextCrossEncoder on our int8 file, loaded from the model directory offline.
+
+    Args:
+        spec: The exported model's manifest.
+        model_dir: Its directory (must hold tokenizer.json and tokenizer_config.json).
+        device: Only "cpu" (the int8 file is CPU-only).
+        threads: onnxruntime intra-op threads.
+
+    Raises:
+        MissingDependencyError: fastembed is not installed.
+        DeviceUnavailableError: device is not "cpu".
+        ModelLoadError: No int8 variant, or tokenizer files fastembed needs are missing.
+    """
+
+    name = "fastembed"
+
+    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
+        if device != "cpu":
+            raise DeviceUnavailableError(
+                "the fastembed baseline runs our int8 file, which is CPU-only"
+            )
+        if "int8" not in spec.variants:
+            raise ModelLoadError(f"fastembed baseline needs the int8 variant; {model_dir} has "
+                                 f"{', '.join(spec.variants)}")
+        missing = [name for name in FASTEMBED_FILES if not (Path(model_dir) / name).is_file()]
+        if missing:
+            raise ModelLoadError(
+                f"the fastembed baseline needs {', '.join(missing)} in {model_dir}"
+            )
+        fastembed = require("fastembed", extra="bench")
+        cross_encoder = require("fastembed.rerank.cross_encoder", extra="bench")
+        model_name = f"onnxrank-bench/{spec.name}-int8"
+        registered = {model["model"].lower() for model in
+                      cross_encoder.TextCrossEncoder.list_supported_models()}
+        if model_name.lower() not in registered:
+            description = require("fastembed.common.model_description", extra="bench")
+            # The source is never contacted: specific_model_path makes fastembed load from disk.
+            cross_encoder.TextCrossEncoder.add_custom_model(
+                model=model_name, sources=description.ModelSource(hf=model_name),
+                model_file=spec.variants["int8"].file,
+            )
+        view = _fastembed_view(spec, Path(model_dir))
+        # The view lives as long as this baseline (fastembed may reopen files from it).
+        weakref.finalize(self, shutil.rmtree, view, ignore_errors=True)
+        self._model = cross_encoder.TextCrossEncoder(
+            model_name, specific_model_path=str(view), threads=threads,
+            providers=["CPUExecutionProvider"], local_files_only=True,
+        )
+        self.settings = {
+            "runtime": f"fastembed {fastembed.__version__}",
+            "device": "cpu",
+            "variant": "int8",
+            "model_file": str(Path(model_dir) / spec.variants["int8"].file),
+            "threads": threads,
+            "batch_size": FASTEMBED_BATCH_SIZE,
+            "truncation": f"max_length={spec.max_length}, as the engine",
+        }
+        self.label = f"fastembed TextCrossEncoder (our int8 file, batch {FASTEMBED_BATCH_SIZE})"
+
+    def score(self, pairs: Sequence[Pair]) -> Scores:
+        """Scores of the pairs, in input order."""
+        return np.fromiter(
+            self._model.rerank_pairs(list(pairs), batch_size=FASTEMBED_BATCH_SIZE),
+            dtype=np.float32,
+        )
+
+
+def _fastembed_view(spec: ModelSpec, model_dir: Path) -> Path:
+    """A directory of links to the model's files whose tokenizer_config truncates at max_length.
+
+    fastembed truncates at the smaller of tokenizer_config.json's ``model_max_length`` and
+    ``max_length``; the MiniLM tokenizer config carries ``max_length: 128``, which would let
+    fastembed read only a quarter of a long passage while the engine reads 512 tokens.
+    """
+    target = Path(tempfile.mkdtemp(prefix="onnxrank-bench-fastembed-"))
+    for name in (spec.variants["int8"].file, "tokenizer.json", *FASTEMBED_OPTIONAL_FILES):
+        if (model_dir / name).is_file():
+            (target / name).symlink_to((model_dir / name).resolve())
+    config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.update(model_max_length=spec.max_length, max_length=spec.max_length)
+    (target / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return target

@@ -1,0 +1,236 @@
+"""Performance budgets (bench/budgets.toml): loading, checking, and the verdict table.
+
+Two kinds of budget, both per device class (``[[cpu]]``, ``[[cuda]]`` entries):
+
+1. Ratio floors (``ratio = "engine/st"``, ``min_ratio = 2.5``): the median over items of the
+   per-item speed-up, measured interleaved in the same process. Machine-independent.
+2. Absolute latency ceilings (``p50_ms``, ``p95_ms``): set on a named reference machine and
+   multiplied by ``scale = calibration_ms_now / calibration.reference_ms``, the time of a fixed
+   single-core workload now versus on the reference machine (see environment.calibrate).
+
+A budget is enforced only for runs of the model it was set for (``model``; ``"*"`` means any):
+latencies and model-vs-model ratios depend on model size, so a run on a tiny test model reports
+them without enforcing them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from onnxrank._optional import require
+from onnxrank.bench.harness import ScenarioResult
+
+logger = logging.getLogger(__name__)
+
+ANY_MODEL = "*"
+ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "min_ratio",
+              "model", "note"}
+DEVICE_CLASSES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One limit on one metric of one scenario.
+
+    Attributes:
+        device: "cpu" or "cuda".
+        scenario: Scenario name ("latency", "padding", ...).
+        regime: Regime name, or None for every regime of the scenario.
+        metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency) or "ratio" (floor).
+        subject: The contender for latency metrics; "a/b" for a ratio.
+        limit: Milliseconds on the reference machine, or the minimum ratio.
+        model: Model name the budget holds for, or "*".
+        note: Why the budget is what it is.
+    """
+
+    device: str
+    scenario: str
+    regime: str | None
+    metric: str
+    subject: str
+    limit: float
+    model: str
+    note: str = ""
+
+    def describe(self, regime: str) -> str:
+        """Row label such as ``latency/short engine p50_ms`` for a result of `regime`."""
+        return f"{self.scenario}/{self.regime or regime} {self.subject} {self.metric}"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetFile:
+    """A parsed budgets file: reference calibration plus budgets."""
+
+    path: Path
+    reference_machine: str
+    reference_ms: float
+    budgets: tuple[Budget, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of one budget on one result.
+
+    Attributes:
+        budget: The budget.
+        device: Device of the result.
+        regime: Regime of the result.
+        measured: The measured value (None when it was not measured).
+        allowed: The limit applied (latency limits scaled by the calibration).
+        verdict: "ok", "FAIL", "not enforced: ..." or "not measured: ...".
+    """
+
+    budget: Budget
+    device: str
+    regime: str
+    measured: float | None
+    allowed: float
+    verdict: str
+
+    @property
+    def failed(self) -> bool:
+        """True when the budget was enforced and broken."""
+        return self.verdict == "FAIL"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    tomllib = require("tomllib" if sys.version_info >= (3, 11) else "tomli", extra="bench")
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"budgets file {path} does not exist; pass --budgets FILE") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"budgets file {path} is not valid TOML: {err}") from err
+
+
+def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any],
+                   default_model: str) -> list[Budget]:
+    where = f"{path} [[{device}]] entry {position + 1}"
+    unknown = set(entry) - ENTRY_KEYS
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; allowed: "
+                         f"{', '.join(sorted(ENTRY_KEYS))}")
+    if "scenario" not in entry:
+        raise ValueError(f"{where} needs a scenario, e.g. scenario = \"latency\"")
+    common: dict[str, Any] = {
+        "device": device, "scenario": str(entry["scenario"]), "regime": entry.get("regime"),
+        "model": str(entry.get("model", default_model)), "note": str(entry.get("note", "")),
+    }
+    budgets = [
+        Budget(metric=metric, subject=str(entry.get("contender", "engine")),
+               limit=float(entry[metric]), **common)
+        for metric in ("p50_ms", "p95_ms") if metric in entry
+    ]
+    if ("ratio" in entry) != ("min_ratio" in entry):
+        raise ValueError(f"{where}: ratio and min_ratio go together, e.g. ratio = \"engine/st\", "
+                         "min_ratio = 2.5")
+    if "ratio" in entry:
+        ratio = str(entry["ratio"])
+        if ratio.count("/") != 1:
+            raise ValueError(f"{where}: ratio must look like \"engine/st\", got {ratio!r}")
+        budgets.append(Budget(metric="ratio", subject=ratio, limit=float(entry["min_ratio"]),
+                              **common))
+    if not budgets:
+        raise ValueError(f"{where} sets no limit; give p50_ms, p95_ms, or ratio with min_ratio")
+    return budgets
+
+
+def load_budgets(path: str | Path) -> BudgetFile:
+    """Parse and validate a budgets file.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ValueError: Invalid TOML, a missing calibration section, or a malformed entry.
+        MissingDependencyError: Python < 3.11 without tomli.
+    """
+    path = Path(path)
+    data = _read_toml(path)
+    calibration = data.get("calibration", {})
+    if "reference_ms" not in calibration:
+        raise ValueError(
+            f"{path} needs [calibration] reference_ms (the calibration time on the reference "
+            "machine); see bench/budgets.toml"
+        )
+    unknown = set(data) - {"calibration", "model", *DEVICE_CLASSES}
+    if unknown:
+        raise ValueError(f"{path} has unknown top-level keys {sorted(unknown)}; allowed: "
+                         f"calibration, model, {', '.join(DEVICE_CLASSES)}")
+    default_model = str(data.get("model", ANY_MODEL))
+    budgets = [
+        budget
+        for device in DEVICE_CLASSES
+        for position, entry in enumerate(data.get(device, []))
+        for budget in _entry_budgets(path, device, position, entry, default_model)
+    ]
+    return BudgetFile(
+        path=path,
+        reference_machine=str(calibration.get("reference_machine", "unnamed")),
+        reference_ms=float(calibration["reference_ms"]),
+        budgets=tuple(budgets),
+    )
+
+
+def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str]:
+    if budget.metric == "ratio":
+        faster, slower = budget.subject.split("/")
+        if budget.subject in result.ratios:
+            return result.ratios[budget.subject]["median"], ""
+        reason = result.skipped.get(slower) or result.skipped.get(faster) or "ratio not measured"
+        return None, reason
+    if budget.subject in result.contenders:
+        return result.contenders[budget.subject]["stats"][budget.metric], ""
+    return None, result.skipped.get(budget.subject, f"{budget.subject} not measured")
+
+
+def check_budgets(
+    budget_file: BudgetFile, result: ScenarioResult, *, model: str, scale: float
+) -> list[Verdict]:
+    """Verdicts of every budget that applies to `result`.
+
+    1. The budget's model is neither "*" nor `model`: reported, "not enforced".
+    2. The metric was not measured (baseline skipped): "not measured" with the reason.
+    3. Ratios must be >= the floor; latencies <= limit × `scale`.
+    """
+    verdicts = []
+    for budget in budget_file.budgets:
+        if (budget.device != result.device or budget.scenario != result.scenario
+                or budget.regime not in (None, result.regime)):
+            continue
+        allowed = budget.limit if budget.metric == "ratio" else budget.limit * scale
+        measured, reason = _measured(budget, result)
+        if measured is None:
+            verdict = f"not measured: {reason}"
+        elif budget.model not in (ANY_MODEL, model):
+            verdict = (f"not enforced: budget is for model {budget.model!r}, this run used "
+                       f"{model!r} (latencies and ratios depend on model size)")
+        elif budget.metric == "ratio":
+            verdict = "ok" if measured >= allowed else "FAIL"
+        else:
+            verdict = "ok" if measured <= allowed else "FAIL"
+        verdicts.append(Verdict(budget=budget, device=result.device, regime=result.regime,
+                                measured=measured, allowed=allowed, verdict=verdict))
+    return verdicts
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    """Plain-text table: scenario, device, measured, budget, verdict."""
+    rows = [("scenario", "device", "measured", "budget", "verdict")]
+    for verdict in verdicts:
+        budget = verdict.budget
+        unit = "x" if budget.metric == "ratio" else " ms"
+        sign = ">=" if budget.metric == "ratio" else "<="
+        measured = "-" if verdict.measured is None else f"{verdict.measured:.2f}{unit}"
+        allowed = f"{sign} {verdict.allowed:.2f}{unit}"
+        rows.append((budget.describe(verdict.regime), verdict.device, measured, allowed,
+                     verdict.verdict))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4]
+        for row in rows
+    )

@@ -1,0 +1,220 @@
+"""The run's outputs: summary.json, summary.md and PNG plots (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import textwrap
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from onnxrank._optional import require
+from onnxrank.bench.budgets import Verdict
+from onnxrank.bench.harness import ScenarioResult
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_MARKDOWN = "summary.md"
+PLOTS = {
+    "latency": "latency.png",
+    "max_batch_tokens": "throughput_vs_max_batch_tokens.png",
+    "padding": "padding.png",
+}
+
+
+def write_summary_json(path: Path, run: dict[str, Any], results: Sequence[ScenarioResult],
+                       verdicts: Sequence[Verdict]) -> Path:
+    """Write the run metadata, every result and every verdict as JSON."""
+    payload = {
+        "run": run,
+        "results": [asdict(result) for result in results],
+        "budgets": [
+            {**asdict(verdict.budget), "device": verdict.device, "regime": verdict.regime,
+             "measured": verdict.measured, "allowed": verdict.allowed, "verdict": verdict.verdict}
+            for verdict in verdicts
+        ],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
+                     verdicts: Sequence[Verdict]) -> str:
+    """The human-readable report: setup, per-scenario tables, ratios, budget verdicts."""
+    machine = run["machine"]
+    lines = [
+        f"# onnxrank bench: {run['model']['name']}{' (quick)' if run['quick'] else ''}",
+        "",
+        f"- Model: `{run['model']['path']}`: {run['model']['label']}",
+        f"- Dataset: {run['dataset']}; {run['candidates']} candidates per query, seed {run['seed']}",
+        f"- Machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores; GPU: "
+        f"{', '.join(machine['gpus']) or 'none'}; onnxruntime {machine['onnxruntime']} "
+        f"({', '.join(machine['available_providers'])}); commit {machine['git_commit']}",
+        f"- Threads: {run['threads']} for every runtime. Calibration: {run['calibration_ms']:.1f} "
+        f"ms now vs {run['reference_ms']:.1f} ms on {run['reference_machine']}: latency budgets "
+        f"x{run['scale']:.2f}",
+        "- Contenders ran interleaved query by query in alternating order; ratios are "
+        "min/median/max over queries of (other's time / engine's time).",
+        "",
+        "## Times",
+        "",
+    ]
+    rows = []
+    for result in results:
+        if result.status != "measured":
+            rows.append([result.scenario, result.regime, result.device, result.status,
+                         "", "", "", "", ""])
+            continue
+        for name, contender in result.contenders.items():
+            stats = contender["stats"]
+            rows.append([
+                result.scenario, result.regime, result.device, f"{name}: {contender['label']}",
+                _ms(stats["p50_ms"]), _ms(stats["p95_ms"]), _ms(stats["p99_ms"]),
+                f"{_ms(stats['min_ms'])} / {_ms(stats['max_ms'])}", f"{stats['pairs_per_s']:.1f}",
+            ])
+        rows += [[result.scenario, result.regime, result.device, f"{name}: {reason}",
+                  "", "", "", "", ""] for name, reason in result.skipped.items()]
+    lines += _table(["scenario", "regime", "device", "contender", "p50 ms", "p95 ms", "p99 ms",
+                     "min / max ms", "pairs/s"], rows)
+    ratio_rows = [
+        [result.scenario, result.regime, result.device, key, f"{ratio['min']:.2f}",
+         f"**{ratio['median']:.2f}**", f"{ratio['max']:.2f}", str(ratio["n"])]
+        for result in results for key, ratio in result.ratios.items()
+    ]
+    lines += ["", "## Speed-up ratios (per query, interleaved)", ""]
+    lines += _table(["scenario", "regime", "device", "faster/slower", "min", "median", "max",
+                     "queries"], ratio_rows)
+    lines += ["", "## Budgets", ""]
+    lines += _table(
+        ["budget", "device", "measured", "allowed", "verdict"],
+        [[v.budget.describe(v.regime), v.device,
+          "-" if v.measured is None else f"{v.measured:.2f}",
+          f"{'>=' if v.budget.metric == 'ratio' else '<='} {v.allowed:.2f}", v.verdict]
+         for v in verdicts],
+    )
+    plots = [f"![{name}]({file_name})" for name, file_name in PLOTS.items()
+             if any(r.scenario == name and r.status == "measured" for r in results)]
+    if plots:
+        lines += ["", "## Plots", "", *plots]
+    return "\n".join(lines) + "\n"
+
+
+def _plot_latency(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
+    measured = [r for r in results if r.scenario == "latency" and r.status == "measured"]
+    names = list(dict.fromkeys(name for r in measured for name in r.contenders))
+    groups = [f"{r.regime}\n{r.device}" for r in measured]
+    figure, axis = plt.subplots(figsize=(max(7.0, 1.9 * len(groups)), 5.0))
+    width = 0.8 / max(1, len(names))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for offset, name in enumerate(names):
+        color = colors[offset % len(colors)]
+        present = [(index, r.contenders[name]["stats"]) for index, r in enumerate(measured)
+                   if name in r.contenders]
+        positions = [index + offset * width for index, _ in present]
+        axis.bar(positions, [stats["p50_ms"] for _, stats in present], width, color=color,
+                 label=f"{name} p50")
+        axis.scatter(positions, [stats["p95_ms"] for _, stats in present], marker="_", s=250,
+                     color="black", zorder=3, label="p95" if offset == 0 else None)
+    axis.set_xticks([index + width * (len(names) - 1) / 2 for index in range(len(measured))])
+    axis.set_xticklabels(groups)
+    axis.set_ylabel("ms per query (50 candidates)")
+    axis.set_ylim(bottom=0)
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize=8, ncol=len(names) + 1, loc="upper center",
+                bbox_to_anchor=(0.5, -0.13), frameon=False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _plot_sweep(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
+    measured = [r for r in results if r.scenario == "max_batch_tokens" and r.status == "measured"]
+    figure, axis = plt.subplots(figsize=(6.5, 4.5))
+    for result in measured:
+        points = sorted(
+            (contender["settings"]["max_batch_tokens"], contender["stats"]["pairs_per_s"])
+            for contender in result.contenders.values()
+        )
+        axis.plot([x for x, _ in points], [y for _, y in points], marker="o",
+                  label=f"{result.regime}, {result.device}")
+    axis.set_xscale("log", base=2)
+    ticks = sorted({contender["settings"]["max_batch_tokens"] for result in measured
+                    for contender in result.contenders.values()})
+    axis.set_xticks(ticks, [str(tick) for tick in ticks])
+    axis.set_ylim(bottom=0)
+    axis.set_xlabel("max_batch_tokens (max_batch_size not binding)")
+    axis.set_ylabel("pairs/s (rerank_many)")
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _plot_padding(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
+    measured = [r for r in results if r.scenario == "padding" and r.status == "measured"]
+    figure, axes = plt.subplots(1, len(measured), figsize=(8.0 * len(measured), 4.5),
+                                squeeze=False)
+    for axis, result in zip(axes[0], measured):
+        names = list(result.contenders)
+        p50 = [result.contenders[name]["stats"]["p50_ms"] for name in names]
+        axis.barh(names, p50, color=["tab:green"] + ["tab:gray"] * (len(names) - 1))
+        for index, name in enumerate(names):
+            ratio = result.ratios.get(f"{names[0]}/{name}")
+            slower = f" ({ratio['median']:.2f}x slower)" if ratio else ""
+            axis.text(p50[index], index, f" {p50[index]:.0f} ms{slower}", va="center",
+                      fontsize=8)
+        axis.set_xlabel("p50 ms per query (50 candidates)")
+        axis.set_title(f"{title}\n{result.regime}, {result.device}", fontsize=9)
+        axis.invert_yaxis()
+        axis.set_xlim(0, max(p50) * 1.6)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_plots(directory: Path, results: Sequence[ScenarioResult], model_label: str) -> list[Path]:
+    """PNG plots for the scenarios that were measured; returns the files written."""
+    matplotlib = require("matplotlib", extra="bench")
+    matplotlib.use("Agg")
+    plt = require("matplotlib.pyplot", extra="bench")
+    plotters = {"latency": (_plot_latency, "Latency p50 (bars) and p95 (marks) per regime"),
+                "max_batch_tokens": (_plot_sweep, "Throughput vs max_batch_tokens"),
+                "padding": (_plot_padding, "Padding strategies")}
+    written = []
+    for scenario, (plotter, title) in plotters.items():
+        if any(r.scenario == scenario and r.status == "measured" for r in results):
+            path = directory / PLOTS[scenario]
+            label = "\n".join(textwrap.wrap(model_label, 80))
+            plotter(plt, results, f"{title}\n{label}", path)
+            written.append(path)
+    return written
+
+
+def write_report(directory: Path, run: dict[str, Any], results: Sequence[ScenarioResult],
+                 verdicts: Sequence[Verdict]) -> list[Path]:
+    """Write summary.json, summary.md and the plots into `directory`; returns the paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [write_summary_json(directory / SUMMARY_JSON, run, results, verdicts)]
+    markdown = directory / SUMMARY_MARKDOWN
+    markdown.write_text(markdown_summary(run, results, verdicts), encoding="utf-8")
+    paths.append(markdown)
+    label = run["model"]["label"] + ("; QUICK run: checks the suite, not the numbers"
+                                     if run["quick"] else "")
+    paths += write_plots(directory, results, label)
+    logger.info("wrote %s", ", ".join(str(path) for path in paths))
+    return paths
+

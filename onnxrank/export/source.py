@@ -1,0 +1,236 @@
+"""Where a model comes from: registry names, Hugging Face Hub ids and local checkpoint directories."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from onnxrank._optional import require
+from onnxrank.errors import ExportError
+from onnxrank.export.standin import read_marker
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+DEFAULT_REGISTRY = Path("models/registry.json")
+GRAPH_INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
+SourceKind = Literal["hub", "local", "standin"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A resolved --model argument.
+
+    Attributes:
+        kind: ``hub`` (Hub id), ``local`` (checkpoint directory) or ``standin`` (built offline).
+        location: Hub id, directory path, or the stand-in builder (``rerank``/``embedding``).
+        task: ``rerank`` or ``embedding``.
+        name: Default directory name under models/.
+        registry_entry: The registry entry when the argument was a registry name.
+    """
+
+    kind: SourceKind
+    location: str
+    task: str
+    name: str
+    registry_entry: dict[str, Any] = field(default_factory=dict)
+
+
+def load_registry(path: Path) -> dict[str, dict[str, Any]]:
+    """The ``models`` table of models/registry.json; empty when the file does not exist.
+
+    Raises:
+        ExportError: The file exists but is not valid registry JSON.
+    """
+    if not Path(path).is_file():
+        return {}
+    try:
+        models: dict[str, dict[str, Any]] = json.loads(Path(path).read_text("utf-8"))["models"]
+    except (OSError, ValueError, KeyError) as err:
+        raise ExportError(f"could not read the model registry {path}: {err}") from err
+    return models
+
+
+def resolve_source(model: str, *, task: str | None, registry_path: Path) -> ModelSource:
+    """Turn the --model argument into a ModelSource.
+
+    1. A name in the registry: its entry (stand-in builder or Hub id) and task.
+    2. An existing directory: a local checkpoint.
+    3. A path-like argument (starts with ``/``, ``.`` or ``~``) that does not exist: ExportError.
+    4. ``org/name``: a Hugging Face Hub id.
+
+    Raises:
+        ExportError: The argument is none of these, or --task contradicts the registry.
+    """
+    registry = load_registry(registry_path)
+    if model in registry:
+        entry = registry[model]
+        entry_task = entry.get("task", "rerank")
+        if task is not None and task != entry_task:
+            raise ExportError(
+                f"registry model {model!r} has task {entry_task} but --task {task} was given; "
+                f"drop --task or pass --task {entry_task}"
+            )
+        if entry["kind"] == "standin":
+            return ModelSource("standin", entry["builder"], entry_task, model, entry)
+        return ModelSource("hub", entry["model_id"], entry_task, model, entry)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return ModelSource("local", str(path.resolve()), task or "rerank", path.resolve().name)
+    if model.startswith(("/", ".", "~")) or path.exists():
+        raise ExportError(
+            f"model directory {model} does not exist or is not a directory; pass a checkpoint "
+            "directory, a Hugging Face Hub id (org/name) or a registry name"
+            + (f" ({', '.join(sorted(registry))})" if registry else "")
+        )
+    if model.count("/") == 1 and all(model.split("/")):
+        return ModelSource("hub", model, task or "rerank", model.split("/")[1].lower())
+    raise ExportError(
+        f"--model {model!r} is not a registry name, an existing directory or a Hub id (org/name); "
+        + (f"registry names in {registry_path}: {', '.join(sorted(registry))}" if registry
+           else f"no registry found at {registry_path}")
+    )
+
+
+def content_sha256(directory: Path) -> str:
+    """Hash of a directory's files (relative paths and bytes), identifying a local checkpoint."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode("utf-8") + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A checkpoint loaded for export.
+
+    Attributes:
+        model: ``*ForSequenceClassification`` (rerank) or ``AutoModel`` (embedding), eval, eager attention.
+        tokenizer: The transformers fast tokenizer (saved next to the ONNX files).
+        config: The transformers config.
+        input_names: Graph inputs the model takes, in GRAPH_INPUT_ORDER.
+        source: The manifest's ``source`` entry.
+        reference: sentence-transformers model for embedding validation, else None.
+        relevance_trained: Whether scores are meaningful relevance (False for stand-ins).
+    """
+
+    model: Any
+    tokenizer: Any
+    config: Any
+    input_names: tuple[str, ...]
+    source: dict[str, Any]
+    reference: Any
+    relevance_trained: bool
+
+
+def _hub_error(model_id: str, err: Exception) -> ExportError:
+    first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ExportError(
+        f"could not load {model_id} from the Hugging Face Hub ({first_line}). Without internet "
+        "access, download it on another machine (huggingface-cli download "
+        f"{model_id} --local-dir DIR), copy DIR here and pass it: onnxrank export --model DIR"
+    )
+
+
+def _check_checkpoint_dir(directory: Path) -> None:
+    if not (directory / "config.json").is_file():
+        raise ExportError(
+            f"{directory} is not a Hugging Face checkpoint directory: config.json is missing; "
+            "expected config.json, the weights (model.safetensors or pytorch_model.bin) and the "
+            "tokenizer files (tokenizer.json or vocab.txt)"
+        )
+
+
+def _check_embedding_pooling(directory: Path | None) -> None:
+    if directory is None:
+        return
+    pooling_path = directory / "1_Pooling" / "config.json"
+    if not pooling_path.is_file():
+        return
+    pooling = json.loads(pooling_path.read_text("utf-8"))
+    if not pooling.get("pooling_mode_mean_tokens", False):
+        modes = sorted(key for key, value in pooling.items() if key.startswith("pooling_mode") and value)
+        raise ExportError(
+            f"{directory} uses sentence-transformers pooling {modes}; onnxrank embedding graphs do "
+            "mean pooling only (pooling_mode_mean_tokens), so this model cannot be exported"
+        )
+
+
+def load_checkpoint(location: str, *, kind: SourceKind, task: str) -> LoadedModel:
+    """Load a Hub id or checkpoint directory with transformers' from_pretrained.
+
+    Raises:
+        ExportError: Hub unreachable or model unknown, not a checkpoint, num_labels != 1, no
+            classification head for rerank, no fast tokenizer, unsupported pooling.
+    """
+    transformers = require("transformers", extra="export")
+    local = kind != "hub"
+    directory = Path(location) if local else None
+    if directory is not None:
+        _check_checkpoint_dir(directory)
+    options = {"local_files_only": local}
+    try:
+        config = transformers.AutoConfig.from_pretrained(location, **options)
+    except (OSError, ValueError) as err:
+        if not local:
+            raise _hub_error(location, err) from err
+        raise ExportError(f"could not read the config of {location}: {err}") from err
+    architectures = list(getattr(config, "architectures", None) or [])
+    if task == "rerank":
+        if not any(name.endswith("ForSequenceClassification") for name in architectures):
+            raise ExportError(
+                f"{location} has no sequence-classification head (architectures: "
+                f"{', '.join(architectures) or 'none'}); a reranker must be a cross-encoder "
+                "(*ForSequenceClassification with num_labels=1); for an embedding model pass "
+                "--task embedding"
+            )
+        if config.num_labels != 1:
+            raise ExportError(
+                f"{location} has num_labels={config.num_labels} (labels: "
+                f"{', '.join(map(str, config.id2label.values()))}); onnxrank scores each pair with "
+                "one relevance logit, so only num_labels=1 cross-encoders can be exported, e.g. "
+                f"{DEFAULT_MODEL}"
+            )
+    if task == "embedding":
+        _check_embedding_pooling(directory)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
+        model_class = (transformers.AutoModelForSequenceClassification if task == "rerank"
+                       else transformers.AutoModel)
+        model = model_class.from_pretrained(location, attn_implementation="eager", **options)
+    except (OSError, ValueError) as err:
+        if not local:
+            raise _hub_error(location, err) from err
+        raise ExportError(f"could not load the checkpoint in {location}: {err}") from err
+    if not tokenizer.is_fast:
+        raise ExportError(
+            f"{location} has no fast (Rust) tokenizer; onnxrank needs tokenizer.json: convert it "
+            "with transformers' AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained()"
+        )
+    model.eval()
+    input_names = tuple(name for name in GRAPH_INPUT_ORDER
+                        if name in (*tokenizer.model_input_names, "input_ids", "attention_mask"))
+    reference = None
+    if task == "embedding":
+        sentence_transformers = require("sentence_transformers", extra="export")
+        reference = sentence_transformers.SentenceTransformer(
+            location, device="cpu", local_files_only=local
+        ).eval()
+    marker = read_marker(directory) if directory is not None else None
+    if directory is not None:
+        source: dict[str, Any] = {"kind": "local", "path": str(directory),
+                                  "content_sha256": content_sha256(directory)}
+    else:
+        source = {"kind": "hub", "model_id": location,
+                  "revision": getattr(config, "_commit_hash", None)}
+    if marker is not None:
+        source["standin"] = marker
+    relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
+    return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained)

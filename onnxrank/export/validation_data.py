@@ -1,0 +1,171 @@
+"""Builds the shipped data files: validation pairs (every export is checked on them) and head pairs.
+
+Run once from the repository root (the output is committed; re-running with the same seed and data
+reproduces it byte for byte)::
+
+    python -m onnxrank.export.validation_data --data /work/shared/data --out-dir onnxrank/data
+
+``validation_pairs.jsonl``: 320 (query, passage) pairs from Cranfield and CACM in 20 query groups.
+``standin_head_pairs.jsonl``: labelled pairs from *other* Cranfield queries (judged documents as
+positives, random documents as negatives) on which the stand-in reranker's head is fitted.
+
+Per query the group holds its judged documents, random other documents of the same collection,
+and two long passages (several abstracts concatenated, well past 512 tokens), so that top-10
+overlap per query compares rankings of more than ten candidates and truncation at the 512-token
+limit is exercised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# (collection, queries, judged documents per query at most, minimum judged documents)
+COLLECTIONS = (("cranfield", 13, 8, 6), ("cacm", 7, 8, 6))
+GROUP_SIZE = 16
+LONG_PASSAGES_PER_GROUP = 2
+ABSTRACTS_PER_LONG_PASSAGE = 5
+MIN_PASSAGE_CHARS = 80
+HEAD_QUERIES = 70
+HEAD_PAIRS_PER_SIDE = 3
+HEAD_PASSAGE_CHARS = 700
+
+
+def _read_jsonl(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _passage(document: dict[str, str]) -> str:
+    title = document.get("title", "").strip()
+    text = document.get("text", "").strip()
+    if text.startswith(title):
+        return text
+    return f"{title}. {text}".strip(". ") if text else title
+
+
+def _collection_groups(
+    root: Path, name: str, n_queries: int, max_judged: int, min_judged: int, rng: random.Random
+) -> list[dict[str, object]]:
+    directory = root / name
+    corpus = {doc["id"]: _passage(doc) for doc in _read_jsonl(directory / "corpus.jsonl")}
+    corpus = {doc_id: text for doc_id, text in corpus.items() if len(text) >= MIN_PASSAGE_CHARS}
+    queries = {query["id"]: query["text"].strip() for query in _read_jsonl(directory / "queries.jsonl")}
+    judged: dict[str, list[str]] = {}
+    with open(directory / "qrels.tsv", encoding="utf-8") as handle:
+        next(handle)
+        for line in handle:
+            query_id, doc_id, relevance = line.rstrip("\n").split("\t")
+            if int(relevance) > 0 and doc_id in corpus:
+                judged.setdefault(query_id, []).append(doc_id)
+    eligible = sorted(
+        (query_id for query_id, docs in judged.items() if len(docs) >= min_judged and query_id in queries),
+        key=lambda query_id: int(query_id),
+    )
+    chosen = sorted(rng.sample(eligible, n_queries), key=lambda query_id: int(query_id))
+    doc_ids = sorted(corpus, key=lambda doc_id: int(doc_id))
+    rows = []
+    for query_id in chosen:
+        positives = judged[query_id][:max_judged]
+        others = [doc_id for doc_id in doc_ids if doc_id not in judged[query_id]]
+        n_random = GROUP_SIZE - len(positives) - LONG_PASSAGES_PER_GROUP
+        group = f"{name}:{query_id}"
+        for doc_id in positives:
+            rows.append({"group": group, "query": queries[query_id], "passage": corpus[doc_id],
+                         "doc_ids": [doc_id], "judged": True})
+        for doc_id in rng.sample(others, n_random):
+            rows.append({"group": group, "query": queries[query_id], "passage": corpus[doc_id],
+                         "doc_ids": [doc_id], "judged": False})
+        for _ in range(LONG_PASSAGES_PER_GROUP):
+            # a judged abstract first, so long passages are not all trivially irrelevant
+            parts = [rng.choice(positives), *rng.sample(others, ABSTRACTS_PER_LONG_PASSAGE - 1)]
+            rows.append({"group": group, "query": queries[query_id],
+                         "passage": " ".join(corpus[doc_id] for doc_id in parts),
+                         "doc_ids": parts, "judged": True})
+    return rows
+
+
+def build_validation_pairs(data_root: Path, out_path: Path, *, seed: int = 13) -> set[str]:
+    """Write the validation pairs file and return its query groups ("collection:query id").
+
+    Args:
+        data_root: Directory holding ``cranfield/`` and ``cacm/`` (corpus.jsonl, queries.jsonl, qrels.tsv).
+        out_path: Where to write the JSON-lines file.
+        seed: Seed for the choice of queries and random documents.
+    """
+    rng = random.Random(seed)
+    rows: list[dict[str, object]] = []
+    for name, n_queries, max_judged, min_judged in COLLECTIONS:
+        rows.extend(_collection_groups(data_root, name, n_queries, max_judged, min_judged, rng))
+    with open(out_path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    logger.info("wrote %d validation pairs to %s", len(rows), out_path)
+    return {str(row["group"]) for row in rows}
+
+
+def build_head_pairs(
+    data_root: Path, out_path: Path, *, exclude_groups: set[str], seed: int = 13
+) -> int:
+    """Write labelled Cranfield pairs for fitting the stand-in head and return the number of pairs.
+
+    Args:
+        data_root: Directory holding ``cranfield/``.
+        out_path: Where to write the JSON-lines file.
+        exclude_groups: Validation groups ("cranfield:ID") whose queries are left out.
+        seed: Seed for the choice of queries and negatives.
+    """
+    rng = random.Random(seed)
+    directory = data_root / "cranfield"
+    corpus = {doc["id"]: _passage(doc) for doc in _read_jsonl(directory / "corpus.jsonl")}
+    corpus = {doc_id: text for doc_id, text in corpus.items() if len(text) >= MIN_PASSAGE_CHARS}
+    queries = {query["id"]: query["text"].strip() for query in _read_jsonl(directory / "queries.jsonl")}
+    judged: dict[str, list[str]] = {}
+    with open(directory / "qrels.tsv", encoding="utf-8") as handle:
+        next(handle)
+        for line in handle:
+            query_id, doc_id, relevance = line.rstrip("\n").split("\t")
+            if int(relevance) > 0 and doc_id in corpus:
+                judged.setdefault(query_id, []).append(doc_id)
+    eligible = sorted(
+        (query_id for query_id in judged
+         if query_id in queries and f"cranfield:{query_id}" not in exclude_groups),
+        key=lambda query_id: int(query_id),
+    )
+    doc_ids = sorted(corpus, key=lambda doc_id: int(doc_id))
+    rows = []
+    for query_id in sorted(rng.sample(eligible, HEAD_QUERIES), key=lambda query_id: int(query_id)):
+        positives = judged[query_id][:HEAD_PAIRS_PER_SIDE]
+        negatives = rng.sample([d for d in doc_ids if d not in judged[query_id]], len(positives))
+        for label, chosen in ((1, positives), (0, negatives)):
+            for doc_id in chosen:
+                # the head sees short inputs only: feature extraction on 2 CPU cores stays ~1 min
+                rows.append({"query": queries[query_id], "passage": corpus[doc_id][:HEAD_PASSAGE_CHARS],
+                             "label": label, "doc_id": doc_id})
+    with open(out_path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)
+
+
+def main() -> None:
+    """Command-line entry: ``python -m onnxrank.export.validation_data``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", type=Path, required=True, help="directory with cranfield/ and cacm/")
+    parser.add_argument("--out-dir", type=Path, default=Path("onnxrank/data"),
+                        help="where validation_pairs.jsonl and standin_head_pairs.jsonl go")
+    parser.add_argument("--seed", type=int, default=13, help="random seed")
+    args = parser.parse_args()
+    groups = build_validation_pairs(args.data, args.out_dir / "validation_pairs.jsonl", seed=args.seed)
+    count = build_head_pairs(args.data, args.out_dir / "standin_head_pairs.jsonl",
+                             exclude_groups=groups, seed=args.seed)
+    print(f"wrote {len(groups)} validation groups and {count} head pairs to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

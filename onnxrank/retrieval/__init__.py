@@ -1,0 +1,21 @@
+"""Embedded hybrid retrieval: SQLite FTS5 + hnswlib, fused by reciprocal rank, then reranked."""
+
+from __future__ import annotations
+
+from onnxrank.retrieval.embedder import Embedder
+from onnxrank.retrieval.filters import Filters
+from onnxrank.retrieval.hybrid import HybridRetriever
+from onnxrank.retrieval.indexer import IndexReport, build_index
+from onnxrank.retrieval.results import Hit, Retriever, SearchResult, StageTimings
+
+__all__ = [
+    "Embedder",
+    "Filters",
+    "Hit",
+    "HybridRetriever",
+    "IndexReport",
+    "Retriever",
+    "SearchResult",
+    "StageTimings",
+    "build_index",
+]

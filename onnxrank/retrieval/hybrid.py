@@ -1,0 +1,373 @@
+"""HybridRetriever: lexical and dense candidates, fused by reciprocal rank, optionally reranked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from onnxrank.errors import RetrievalError
+from onnxrank.retrieval.dense import DenseIndex, HnswSettings
+from onnxrank.retrieval.embedder import Embedder, resolve_model_dir
+from onnxrank.retrieval.filters import Filters, compile_filters
+from onnxrank.retrieval.fusion import DEFAULT_RRF_K, fuse
+from onnxrank.retrieval.lexical import LexicalSettings, search_lexical
+from onnxrank.retrieval.manifest import IndexManifest
+from onnxrank.retrieval.results import MODES, Hit, SearchResult, StageTimings
+from onnxrank.retrieval.store import ChunkStore, StoredChunk
+from onnxrank.types import Device
+
+if TYPE_CHECKING:
+    from onnxrank.engine.reranker import RankedDocument, Reranker
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DEPTH = 100
+
+
+def default_rerank_top_n(k: int) -> int:
+    """Fused candidates the reranker sees by default: max(5 * k, 50)."""
+    return max(5 * k, 50)
+
+
+def load_index_manifest(store: ChunkStore) -> IndexManifest:
+    """The manifest stored in an index database.
+
+    Raises:
+        RetrievalError: The index has no manifest (it was never written by `onnxrank index`).
+    """
+    raw = store.get_meta("manifest")
+    if raw is None:
+        raise RetrievalError(f"index {store.index_dir} has no manifest; rebuild it with `onnxrank index`")
+    return IndexManifest.from_dict(json.loads(raw))
+
+
+class HybridRetriever:
+    """Searches one index directory in vector, lexical or hybrid mode, optionally reranking.
+
+    The embedder and the HNSW file are loaded on the first search that needs them, so lexical
+    search works without them (and without hnswlib installed).
+
+    Example:
+        >>> retriever = HybridRetriever.open("indexes/docs")  # doctest: +SKIP
+        >>> [hit.source for hit in retriever.search("int8 validation", k=3)]  # doctest: +SKIP
+        ['engine.md', 'export.md', 'README.md']
+    """
+
+    def __init__(
+        self,
+        store: ChunkStore,
+        manifest: IndexManifest,
+        *,
+        embedder: Embedder | None = None,
+        models_dir: str | Path = "models",
+        device: Device | str = Device.AUTO,
+        threads: int | None = None,
+        ef_search: int | None = None,
+        lexical_settings: LexicalSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.lexical_settings = lexical_settings or LexicalSettings()
+        self._models_dir = models_dir
+        self._device = device
+        self._threads = threads
+        settings = dict(manifest.hnsw)
+        if ef_search is not None:
+            settings["ef_search"] = ef_search
+        self.hnsw_settings = HnswSettings(**settings)
+        if embedder is not None:
+            manifest.check_embedder(embedder.spec.manifest_hash(), embedder.spec.name)
+        self._embedder = embedder
+        self._dense: DenseIndex | None = None
+
+    @classmethod
+    def open(
+        cls,
+        index_dir: str | Path,
+        *,
+        embedder: Embedder | str | Path | None = None,
+        models_dir: str | Path = "models",
+        device: Device | str = Device.AUTO,
+        threads: int | None = None,
+        ef_search: int | None = None,
+        lexical_settings: LexicalSettings | None = None,
+    ) -> HybridRetriever:
+        """Open an index built by `onnxrank index` / `build_index`.
+
+        Args:
+            index_dir: The index directory.
+            embedder: An Embedder, a model name under `models_dir` or a path; None reloads the
+                embedder recorded in the index manifest when a dense search first needs it.
+            models_dir: Where model names are looked up.
+            device: Device for the embedder when this call loads it.
+            threads: Intra-op threads for the embedder when this call loads it.
+            ef_search: HNSW query beam; None keeps the index's setting.
+            lexical_settings: BM25 column weights and stopwords; None uses the defaults.
+
+        Returns:
+            The retriever.
+
+        Raises:
+            RetrievalError: No index at `index_dir`, or it is malformed.
+            IndexMismatchError: `embedder` is not the embedder that built the index.
+        """
+        store = ChunkStore(index_dir)
+        manifest = load_index_manifest(store)
+        if isinstance(embedder, (str, Path)):
+            embedder = Embedder.from_dir(
+                resolve_model_dir(embedder, models_dir),
+                device=device,
+                precision=manifest.embedder.variant,
+                threads=threads,
+            )
+        return cls(
+            store,
+            manifest,
+            embedder=embedder,
+            models_dir=models_dir,
+            device=device,
+            threads=threads,
+            ef_search=ef_search,
+            lexical_settings=lexical_settings,
+        )
+
+    def close(self) -> None:
+        """Close the database."""
+        self.store.close()
+
+    @property
+    def embedder(self) -> Embedder:
+        """The query embedder (loaded on first use from the manifest's path, else by name)."""
+        if self._embedder is None:
+            record = self.manifest.embedder
+            # The recorded absolute path first; a moved index finds the model by name instead.
+            path = Path(record.path)
+            if not path.is_dir():
+                path = resolve_model_dir(record.name, self._models_dir)
+            embedder = Embedder.from_dir(
+                path, device=self._device, precision=record.variant, threads=self._threads
+            )
+            self.manifest.check_embedder(embedder.spec.manifest_hash(), embedder.spec.name)
+            self._embedder = embedder
+        return self._embedder
+
+    @property
+    def dense(self) -> DenseIndex:
+        """The HNSW index (opened, or rebuilt from the database if stale, on first use)."""
+        if self._dense is None:
+            self._dense = DenseIndex.open(self.store, self.manifest.embedder.dim, self.hnsw_settings)
+        return self._dense
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
+        filters: Filters | None = None,
+        depth: int | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rerank: bool = False,
+        reranker: Reranker | None = None,
+        rerank_top_n: int | None = None,
+        rerank_deadline_ms: float | None = None,
+        rerank_on_error: Literal["raise", "fallback"] = "raise",
+    ) -> list[Hit]:
+        """The `k` best chunks for `query`; see `search_detailed` for the arguments."""
+        return self.search_detailed(
+            query,
+            k,
+            mode=mode,
+            filters=filters,
+            depth=depth,
+            rrf_k=rrf_k,
+            rerank=rerank,
+            reranker=reranker,
+            rerank_top_n=rerank_top_n,
+            rerank_deadline_ms=rerank_deadline_ms,
+            rerank_on_error=rerank_on_error,
+        ).hits
+
+    def search_detailed(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
+        filters: Filters | None = None,
+        depth: int | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rerank: bool = False,
+        reranker: Reranker | None = None,
+        rerank_top_n: int | None = None,
+        rerank_deadline_ms: float | None = None,
+        rerank_on_error: Literal["raise", "fallback"] = "raise",
+    ) -> SearchResult:
+        """Search and report how long each stage took.
+
+        1. ``lexical``: FTS5 BM25 over title and text (query words OR-ed).
+        2. ``vector``: cosine similarity of the query embedding (HNSW).
+        3. ``hybrid``: both lists, `depth` deep each, fused by reciprocal rank.
+        Filters restrict both sides inside their searches, before any truncation. With
+        ``rerank=True`` the top `rerank_top_n` fused candidates are reranked by `reranker`.
+
+        Args:
+            query: User text (any characters; it never changes the FTS5 query's structure).
+            k: Hits to return.
+            mode: "vector", "lexical" or "hybrid".
+            filters: Metadata filters (equality, membership, ranges); see retrieval.filters.
+            depth: Candidates per side; default max(100, k, rerank_top_n).
+            rrf_k: Reciprocal rank fusion offset (60: the value of Cormack et al.).
+            rerank: Rerank the fused candidates with `reranker`.
+            reranker: A Reranker; None with rerank=True is allowed only with
+                ``rerank_on_error="fallback"`` (the reranker failed to load): hits keep the fused
+                order and are marked reranked=False.
+            rerank_top_n: Fused candidates to rerank; default max(5 * k, 50).
+            rerank_deadline_ms: Passed to Reranker.rerank: unscored candidates keep fused order.
+            rerank_on_error: "raise", or "fallback" to keep the fused order when reranking fails.
+
+        Returns:
+            Hits best first with their stage ranks, and the stage timings.
+
+        Raises:
+            ValueError: Empty query, k < 1, unknown mode, bad filters, or rerank without reranker.
+            IndexMismatchError: The embedder is not the one that built the index.
+        """
+        if not query or not query.strip():
+            raise ValueError("query must be a non-empty string, got an empty one")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if rerank_on_error not in ("raise", "fallback"):
+            raise ValueError(f"rerank_on_error must be 'raise' or 'fallback', got {rerank_on_error!r}")
+        if rerank and reranker is None and rerank_on_error != "fallback":
+            raise ValueError(
+                "rerank=True needs a reranker (Reranker.from_dir(...)); pass reranker=..., or "
+                "rerank_on_error='fallback' to keep the fused order when none could be loaded"
+            )
+        top_n = rerank_top_n if rerank_top_n is not None else default_rerank_top_n(k)
+        if top_n < 1:
+            raise ValueError(f"rerank_top_n must be >= 1, got {top_n}")
+        per_side = depth if depth is not None else max(DEFAULT_DEPTH, k, top_n if rerank else 0)
+        lexical: list[tuple[int, float]] = []
+        dense: list[tuple[int, float]] = []
+        lexical_ms = dense_ms = 0.0
+        if mode in ("lexical", "hybrid"):
+            started = time.perf_counter()
+            lexical = search_lexical(
+                self.store, query, depth=per_side, filters=filters, settings=self.lexical_settings
+            )
+            lexical_ms = (time.perf_counter() - started) * 1000
+        if mode in ("vector", "hybrid"):
+            started = time.perf_counter()
+            dense = self._search_dense(query, per_side, filters)
+            dense_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        fused = fuse([[label for label, _ in side] for side in (lexical, dense) if side], rrf_k=rrf_k)
+        lexical_at = {label: (rank, score) for rank, (label, score) in enumerate(lexical, 1)}
+        dense_at = {label: (rank, score) for rank, (label, score) in enumerate(dense, 1)}
+        fusion_ms = (time.perf_counter() - started) * 1000
+        rerank_ms = 0.0
+        reranked_order: list[tuple[int, float | None, bool]]
+        if rerank:
+            started = time.perf_counter()
+            reranked_order = self._rerank(
+                query, fused, top_n, k, reranker, rerank_deadline_ms, rerank_on_error
+            )
+            rerank_ms = (time.perf_counter() - started) * 1000
+        else:
+            reranked_order = [(label, None, False) for label, _ in fused[:k]]
+        rrf = dict(fused)
+        chunks = self.store.chunks([label for label, _, _ in reranked_order])
+        hits = []
+        for final_rank, (label, rerank_score, was_reranked) in enumerate(reranked_order, 1):
+            hits.append(
+                self._hit(
+                    chunks[label],
+                    final_rank,
+                    lexical_at.get(label),
+                    dense_at.get(label),
+                    rrf[label],
+                    rerank_score,
+                    was_reranked,
+                )
+            )
+        return SearchResult(hits, StageTimings(lexical_ms, dense_ms, fusion_ms, rerank_ms))
+
+    def _search_dense(self, query: str, depth: int, filters: Filters | None) -> list[tuple[int, float]]:
+        vector = self.embedder.embed([query])[0]
+        allowed = None
+        if filters:
+            condition, parameters = compile_filters(filters)
+            allowed = self.store.labels(condition, parameters)
+        return self.dense.search(vector, depth=depth, store=self.store, allowed=allowed)
+
+    def _rerank(
+        self,
+        query: str,
+        fused: list[tuple[int, float]],
+        top_n: int,
+        k: int,
+        reranker: Reranker | None,
+        deadline_ms: float | None,
+        on_error: Literal["raise", "fallback"],
+    ) -> list[tuple[int, float | None, bool]]:
+        candidates = [label for label, _ in fused[:top_n]]
+        passages = [chunk.passage for chunk in self._ordered_chunks(candidates)]
+        ranked: list[RankedDocument]
+        if reranker is None:
+            from onnxrank.engine.reranker import fallback_ranking
+
+            logger.warning("no reranker available; keeping the fused order (reranked=False)")
+            ranked = fallback_ranking(passages)
+        else:
+            ranked = reranker.rerank(query, passages, deadline_ms=deadline_ms, on_error=on_error)
+        order = [
+            (
+                candidates[document.index],
+                document.score if document.reranked else None,
+                bool(document.reranked),
+            )
+            for document in ranked
+        ]
+        order.extend((label, None, False) for label, _ in fused[top_n:])
+        return order[:k]
+
+    def _ordered_chunks(self, labels: Sequence[int]) -> list[StoredChunk]:
+        chunks = self.store.chunks(labels)
+        return [chunks[label] for label in labels]
+
+    @staticmethod
+    def _hit(
+        chunk: StoredChunk,
+        final_rank: int,
+        lexical: tuple[int, float] | None,
+        dense: tuple[int, float] | None,
+        rrf_score: float,
+        rerank_score: float | None,
+        reranked: bool,
+    ) -> Hit:
+        return Hit(
+            chunk_id=chunk.chunk_id,
+            doc_id=chunk.doc_id,
+            source=chunk.source,
+            title=chunk.title,
+            text=chunk.text,
+            metadata=chunk.metadata,
+            chunk_index=chunk.chunk_index,
+            start_word=chunk.start_word,
+            end_word=chunk.end_word,
+            final_rank=final_rank,
+            lexical_rank=None if lexical is None else lexical[0],
+            dense_rank=None if dense is None else dense[0],
+            lexical_score=None if lexical is None else lexical[1],
+            dense_score=None if dense is None else dense[1],
+            rrf_score=rrf_score,
+            rerank_score=rerank_score,
+            reranked=reranked,
+        )

@@ -1,0 +1,226 @@
+"""Building and incrementally updating an index directory from a source."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxrank.errors import IndexMismatchError
+from onnxrank.retrieval.chunking import Chunk, SourceDocument, chunk_document, read_source
+from onnxrank.retrieval.dense import DenseIndex, HnswSettings
+from onnxrank.retrieval.embedder import Embedder
+from onnxrank.retrieval.manifest import EmbedderRecord, IndexManifest, write_manifest_mirror
+from onnxrank.retrieval.store import ChunkStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_WORDS = 400
+DEFAULT_OVERLAP_WORDS = 80
+# Chunks embedded and committed per transaction: large enough to keep the embedder's batches
+# full, small enough that a killed run loses little work.
+CHUNKS_PER_TRANSACTION = 256
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    """What one indexing run did."""
+
+    added: int  # new documents
+    updated: int  # changed documents (replaced)
+    unchanged: int  # skipped by content hash
+    removed: int  # vanished from the source (reconcile)
+    documents: int  # stored after the run
+    chunks: int
+    seconds: float
+
+
+def build_index(
+    source: str | Path,
+    index_dir: str | Path,
+    embedder: Embedder,
+    *,
+    chunk_words: int = DEFAULT_CHUNK_WORDS,
+    overlap_words: int = DEFAULT_OVERLAP_WORDS,
+    hnsw: HnswSettings | None = None,
+    reconcile: bool | None = None,
+    chunks_per_transaction: int = CHUNKS_PER_TRANSACTION,
+    show_progress: bool = False,
+) -> IndexReport:
+    """Create or update an index from a folder of .txt/.md files or a JSONL file.
+
+    Incremental: a document whose content hash is stored already is skipped, a changed one is
+    replaced, and with `reconcile` documents missing from the source are removed from both sides.
+    Each group of `chunks_per_transaction` chunks is committed in one SQLite transaction, so a
+    killed run leaves whole documents only; re-running completes it.
+
+    Args:
+        source: Folder or .jsonl file (see chunking.read_source).
+        index_dir: Index directory (created when missing).
+        embedder: The embedding model; an existing index only accepts the one that built it.
+        chunk_words: Words per chunk, e.g. 400.
+        overlap_words: Words shared by consecutive chunks, e.g. 80.
+        hnsw: HNSW settings used when the index is created (stored in the manifest); None
+            uses the measured defaults of HnswSettings.
+        reconcile: Remove documents absent from the source; None means True for folders and
+            False for JSONL files (a JSONL file is often a partial feed).
+        chunks_per_transaction: Chunks per commit, e.g. 256.
+        show_progress: Show a tqdm progress bar over documents.
+
+    Returns:
+        Counts of what changed.
+
+    Raises:
+        IndexMismatchError: The index was built with another embedder or chunking settings.
+        ValueError: Bad source or settings.
+    """
+    started = time.perf_counter()
+    source_path = Path(source)
+    if reconcile is None:
+        reconcile = source_path.is_dir()
+    if chunks_per_transaction < 1:
+        raise ValueError(f"chunks_per_transaction must be >= 1, got {chunks_per_transaction}")
+    chunk_document(SourceDocument("", "", ""), chunk_words=chunk_words, overlap_words=overlap_words)
+    store = ChunkStore(index_dir, create=True)
+    try:
+        manifest = _prepare_manifest(
+            store, embedder, chunk_words, overlap_words, hnsw or HnswSettings(), str(source_path)
+        )
+        dense = DenseIndex.open(store, manifest.embedder.dim, HnswSettings(**manifest.hnsw))
+        stored = store.document_hashes()
+        seen: set[str] = set()
+        pending: list[tuple[SourceDocument, list[Chunk]]] = []
+        counts = {"added": 0, "updated": 0, "unchanged": 0}
+        progress = _progress(show_progress)
+        for document in read_source(source_path):
+            if progress is not None:
+                progress.update(1)
+            if document.source_id in seen:
+                logger.warning(
+                    "source id %r appears twice in %s; keeping the first",
+                    document.source_id,
+                    source_path,
+                )
+                continue
+            seen.add(document.source_id)
+            if stored.get(document.source_id) == document.doc_id:
+                counts["unchanged"] += 1
+                continue
+            counts["updated" if document.source_id in stored else "added"] += 1
+            pending.append(
+                (
+                    document,
+                    chunk_document(document, chunk_words=chunk_words, overlap_words=overlap_words),
+                )
+            )
+            if sum(len(chunks) for _, chunks in pending) >= chunks_per_transaction:
+                _commit(store, dense, embedder, pending)
+                pending = []
+        if pending:
+            _commit(store, dense, embedder, pending)
+        if progress is not None:
+            progress.close()
+        vanished = sorted(set(stored) - seen) if reconcile else []
+        if vanished:
+            change = store.apply(
+                [], np.zeros((0, manifest.embedder.dim), dtype=np.float32), remove_sources=vanished
+            )
+            dense.apply(change)
+        final = IndexManifest(
+            **{
+                **asdict(manifest),
+                "embedder": manifest.embedder,
+                "documents": store.count_documents(),
+                "chunks": store.count_chunks(),
+                "source": str(source_path),
+                "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
+        store.set_meta("manifest", json.dumps(final.to_dict(), sort_keys=True))
+        dense.save(store.index_dir)
+        write_manifest_mirror(final, store.index_dir)
+        report = IndexReport(
+            added=counts["added"],
+            updated=counts["updated"],
+            unchanged=counts["unchanged"],
+            removed=len(vanished),
+            documents=final.documents,
+            chunks=final.chunks,
+            seconds=time.perf_counter() - started,
+        )
+    finally:
+        store.close()
+    logger.info("indexed %s into %s: %s", source_path, index_dir, report)
+    return report
+
+
+def _prepare_manifest(
+    store: ChunkStore,
+    embedder: Embedder,
+    chunk_words: int,
+    overlap_words: int,
+    hnsw: HnswSettings,
+    source: str,
+) -> IndexManifest:
+    """The stored manifest after checking it against this run, or a new one (committed at once,
+    so that even a run killed before its first document records which embedder it used)."""
+    raw = store.get_meta("manifest")
+    spec = embedder.spec
+    if raw is not None:
+        manifest = IndexManifest.from_dict(json.loads(raw))
+        manifest.check_embedder(spec.manifest_hash(), spec.name)
+        if (manifest.chunk_words, manifest.overlap_words) != (chunk_words, overlap_words):
+            raise IndexMismatchError(
+                f"index {store.index_dir} was built with chunk_words={manifest.chunk_words}, "
+                f"overlap_words={manifest.overlap_words}; got chunk_words={chunk_words}, "
+                f"overlap_words={overlap_words}; use the index's settings or a new "
+                "--index directory"
+            )
+        if asdict(hnsw) != manifest.hnsw:
+            logger.warning(
+                "index %s keeps its HNSW settings %s (given: %s)",
+                store.index_dir,
+                manifest.hnsw,
+                asdict(hnsw),
+            )
+        return manifest
+    manifest = IndexManifest(
+        embedder=EmbedderRecord(
+            name=spec.name,
+            manifest_hash=spec.manifest_hash(),
+            variant=embedder.device_info.variant,
+            path=str(Path(embedder.model_dir).resolve()),
+            dim=embedder.dim,
+        ),
+        chunk_words=chunk_words,
+        overlap_words=overlap_words,
+        hnsw=asdict(hnsw),
+        source=source,
+    )
+    store.set_meta("manifest", json.dumps(manifest.to_dict(), sort_keys=True))
+    return manifest
+
+
+def _commit(
+    store: ChunkStore,
+    dense: DenseIndex,
+    embedder: Embedder,
+    pending: list[tuple[SourceDocument, list[Chunk]]],
+) -> None:
+    passages = [chunk.passage for _, chunks in pending for chunk in chunks]
+    vectors = embedder.embed(passages)
+    dense.apply(store.apply(pending, vectors))
+
+
+def _progress(show_progress: bool) -> Any:
+    if not show_progress:
+        return None
+    from onnxrank._optional import require
+
+    return require("tqdm.auto", extra="dense").tqdm(desc="indexing", unit="doc")

@@ -1,0 +1,80 @@
+"""Baselines score the same pairs as the engine (so the speed comparison is like for like)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank import Reranker
+from onnxrank.bench.baselines import (
+    FastembedBaseline,
+    NaiveOrtBaseline,
+    SentenceTransformersBaseline,
+    checkpoint_dir,
+)
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+
+QUERY = "what similarity laws must be obeyed when constructing aeroelastic models"
+DOCUMENTS = [
+    "experimental investigation of the aerodynamics of a wing in a slipstream .",
+    "the theory of aeroelastic models of heated high speed aircraft and their similarity laws",
+    "simple shear flow past a flat plate in an incompressible fluid of small viscosity . " * 3,
+    "heat conduction in composite slabs",
+]
+PAIRS = [(QUERY, document) for document in DOCUMENTS]
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model_dir: Path):
+    return load_model_spec(tiny_model_dir)
+
+
+def test_naive_loop_matches_engine_fp32(tiny_model_dir: Path, spec) -> None:
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", threads=1)
+    naive = NaiveOrtBaseline(spec, tiny_model_dir, device="cpu", threads=1)
+    np.testing.assert_allclose(naive.score(PAIRS), engine.score(PAIRS), atol=1e-4,
+                               err_msg="naive onnxruntime loop vs engine fp32, tiny-reranker")
+    assert naive.settings["variant"] == "fp32" and naive.settings["threads"] == 1
+
+
+def test_sentence_transformers_matches_engine_fp32(tiny_model_dir: Path, spec) -> None:
+    pytest.importorskip("sentence_transformers")
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", threads=1)
+    baseline = SentenceTransformersBaseline(spec, tiny_model_dir, device="cpu", threads=1)
+    # CrossEncoder.predict applies its default activation (sigmoid for one label): same work.
+    expected = 1.0 / (1.0 + np.exp(-engine.score(PAIRS)))
+    np.testing.assert_allclose(baseline.score(PAIRS), expected, atol=1e-3,
+                               err_msg="sentence-transformers vs engine fp32, tiny-reranker")
+
+
+def test_fastembed_runs_our_int8_file_at_full_length(tiny_model_dir: Path, spec) -> None:
+    pytest.importorskip("fastembed")
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", threads=1)
+    baseline = FastembedBaseline(spec, tiny_model_dir, device="cpu", threads=1)
+    np.testing.assert_allclose(baseline.score(PAIRS), engine.score(PAIRS), atol=1e-3,
+                               err_msg="fastembed vs engine int8, tiny-reranker")
+    # A 300-token document: fastembed must read past the 128 tokens MiniLM's config suggests.
+    long_pairs = [(QUERY, DOCUMENTS[2] * 6)] * 2
+    np.testing.assert_allclose(baseline.score(long_pairs), engine.score(long_pairs), atol=1e-3)
+    with pytest.raises(DeviceUnavailableError, match=re.escape(
+        "the fastembed baseline runs our int8 file, which is CPU-only"
+    )):
+        FastembedBaseline(spec, tiny_model_dir, device="cuda", threads=1)
+
+
+def test_checkpoint_lookup(tiny_model_dir: Path, tiny_checkpoint_dir: Path, spec) -> None:
+    assert checkpoint_dir(spec, tiny_model_dir) == tiny_checkpoint_dir
+    named = dataclasses.replace(spec, source={"checkpoint_dir": "checkpoint"})
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"checkpoint directory 'checkpoint' named by the manifest does not exist in {tiny_model_dir}"
+    )):
+        checkpoint_dir(named, tiny_model_dir)
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"the manifest of {tiny_model_dir} names no PyTorch checkpoint"
+    )):
+        checkpoint_dir(dataclasses.replace(spec, source={"kind": "hub"}), tiny_model_dir)

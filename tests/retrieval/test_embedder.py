@@ -1,0 +1,91 @@
+"""The ONNX embedder on the bag-of-words model, whose output the test can recompute."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank.errors import ModelLoadError
+from onnxrank.retrieval import Embedder
+from onnxrank.retrieval.embedder import resolve_model_dir
+
+TEXTS = ["heat conduction in slabs", "", "wing " * 400, "Shear flow past a flat plate", "a"]
+
+
+def expected_embeddings(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    from retrieval_fixtures import embedding_table
+    from tokenizers import Tokenizer
+
+    table = embedding_table()
+    tokenizer = Tokenizer.from_file(str(embedder.model_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(embedder.spec.max_length)
+    rows = []
+    for encoding in tokenizer.encode_batch(texts):
+        mean = table[encoding.ids].mean(axis=0)
+        rows.append(mean / max(np.linalg.norm(mean), 1e-9))
+    return np.asarray(rows, dtype=np.float32)
+
+
+def test_embeddings_match_the_model_formula(bow_embedder: Embedder) -> None:
+    actual = bow_embedder.embed(TEXTS)
+    expected = expected_embeddings(bow_embedder, TEXTS)
+    assert actual.dtype == np.float32 and actual.shape == (len(TEXTS), 32)
+    np.testing.assert_allclose(
+        actual, expected, atol=1e-5, err_msg=f"bow-embedder: {actual[:, :3]} vs {expected[:, :3]}"
+    )
+
+
+def test_long_texts_are_truncated_to_max_length(bow_embedder: Embedder) -> None:
+    # max_length 128 leaves room for 126 words: a word after that cannot change the embedding.
+    long_text, tail = "wing " * 200, " heat conduction"
+    vectors = bow_embedder.embed([long_text, long_text + tail, "wing " * 100 + tail])
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)
+    assert not np.allclose(vectors[0], vectors[2], atol=1e-3)
+
+
+@pytest.mark.parametrize("max_batch_tokens", [128, 300, 100_000])
+def test_batching_does_not_change_embeddings(
+    bow_embedder_dir: Path, bow_embedder: Embedder, max_batch_tokens: int
+) -> None:
+    other = Embedder.from_dir(bow_embedder_dir, device="cpu", threads=1, max_batch_tokens=max_batch_tokens)
+    np.testing.assert_allclose(other.embed(TEXTS), bow_embedder.embed(TEXTS), atol=1e-6)
+
+
+def test_empty_input_and_progress(bow_embedder: Embedder) -> None:
+    assert bow_embedder.embed([]).shape == (0, 32)
+    assert bow_embedder.embed(["x"], show_progress=True).shape == (1, 32)
+    assert bow_embedder.dim == 32
+
+
+def test_rerank_model_is_refused(bow_reranker_dir: Path) -> None:
+    message = (
+        f"model 'bow-reranker' in {bow_reranker_dir} has task 'rerank', but an embedder needs task "
+        "'embedding'; pass an embedding model such as models/minilm-embedder (rerank models go to "
+        "--model / Reranker)"
+    )
+    with pytest.raises(ModelLoadError, match=re.escape(message)):
+        Embedder.from_dir(bow_reranker_dir)
+
+
+def test_small_batch_budget_is_refused(bow_embedder_dir: Path) -> None:
+    with pytest.raises(
+        ValueError,
+        match=re.escape("max_batch_tokens must be >= the model's max_length (128), got 64"),
+    ):
+        Embedder.from_dir(bow_embedder_dir, max_batch_tokens=64)
+
+
+def test_resolve_model_dir(tmp_path: Path, bow_embedder_dir: Path) -> None:
+    assert resolve_model_dir(bow_embedder_dir) == bow_embedder_dir
+    assert resolve_model_dir("bow-embedder", bow_embedder_dir.parent) == bow_embedder_dir
+    with pytest.raises(
+        ModelLoadError,
+        match=re.escape(
+            f"no model directory 'nope': it is not a path and {tmp_path / 'nope'} does not exist"
+        ),
+    ):
+        resolve_model_dir("nope", tmp_path)
