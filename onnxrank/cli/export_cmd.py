@@ -69,8 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma-separated variants to write (env ONNXRANK_VARIANTS)")
     export.add_argument("--int8-method", choices=("auto", "dynamic", "static"),
                         default=env_default("int8-method", "auto"),
-                        help="int8 quantization: auto tries dynamic per-channel on all ops, then on "
-                        "attention and embeddings only, keeping the first that meets the thresholds; "
+                        help="int8 quantization: auto tries dynamic per-channel on all ops, then with "
+                        "the feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, "
+                        "then on attention and embeddings only, keeping the first that meets the "
+                        "thresholds; "
                         "dynamic or static (QDQ calibrated on the validation pairs) use exactly that "
                         "recipe on all ops; see docs/export.md (env ONNXRANK_INT8_METHOD)")
     export.add_argument("--int8-per-tensor", action="store_true",

@@ -216,7 +216,7 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     request = ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out, variants=("fp32", "int8"),
                             validation_pairs=16,
                             thresholds=FidelityThresholds(int8_min_spearman=0.99999))
-    # both default int8 recipes are tried and both miss; the error names the last one's value
+    # every default int8 recipe is tried and each misses; the error names the last one's value
     with pytest.raises(FidelityError, match=r"variant int8: spearman = 0\.\d+, threshold >= 0\.99999 "
                        r"\(--int8-min-spearman\)") as error:
         export_model(request)
@@ -366,3 +366,26 @@ def test_resolve_source_cases(tmp_path: Path) -> None:
             "--model 'not-a-model' is not a registry name, an existing directory or a Hub id "
             "(org/name); registry names in")):
         resolve_source("not-a-model", task=None, registry_path=registry)
+
+
+def test_int8_ladder_keeps_the_top_ffn_up_projections_fp32(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import onnx
+
+    from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantize_int8
+
+    opt = tiny_model_dir / "model_opt.onnx"
+    ffn_up = ffn_up_projections(opt)
+    # one up-projection per layer (the tiny model has 2), bottom layer first
+    assert [re.search(r"layer\.(\d+)/intermediate/", name).group(1) for name in ffn_up] == ["0", "1"]
+    out = tmp_path / "int8.onnx"
+    entry = quantize_int8(fp32_path=tiny_model_dir / "model.onnx", opt_path=opt, out_path=out,
+                          settings=Int8Settings("dynamic", per_channel=True, fp32_ffn_up_layers=1))
+    assert entry["nodes_kept_fp32"] == [ffn_up[1]]
+    nodes = {node.name: node.op_type for node in onnx.load(str(out)).graph.node}
+    assert nodes[ffn_up[1]] == "MatMul"  # kept fp32, under its own name
+    assert ffn_up[0] not in nodes  # replaced by its quantized form
+    assert sum(op in ("MatMulInteger", "DynamicQuantizeMatMul") for op in nodes.values()) >= 2
+    with pytest.raises(ValueError, match=re.escape(
+            "fp32_ffn_up_layers applies to dynamic quantization of the fused graph only, "
+            "got method='static' with fp32_ffn_up_layers=2")):
+        Int8Settings("static", fp32_ffn_up_layers=2)
