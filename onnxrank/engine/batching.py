@@ -21,9 +21,11 @@ def round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
 
-# What one extra session.run costs, in padded tokens: small batches waste less padding but run
-# less efficient GEMMs and pay the call overhead. Measured on the stand-in (docs/engine.md).
-BATCH_OVERHEAD_TOKENS = 256
+# What one extra session.run costs, in padded tokens. On the 2-core CPU no overhead measured
+# fastest (docs/engine.md, "Engine defaults": 256 was 9% slower on short lists, 16% on mixed):
+# a row of 60+ tokens already gives the GEMMs enough work, so only padding counts. Equal padded
+# lengths still share a batch. Unmeasured on a GPU, where each run also costs kernel launches.
+BATCH_OVERHEAD_TOKENS = 0
 
 
 def plan_batches(
