@@ -2,8 +2,10 @@
 
 - max_batch_tokens and max_batch_size: throughput (rerank_many) on the mixed regime;
 - padding strategy on the mixed regime: length-sorted token budget (default) vs padding to the
-  longest row in input order vs padding every row to max_length (engine and naive loop);
-- threads: 1 vs all usable cores; precision: every exported variant usable on the device.
+  longest row in input order vs padding every row to max_length (engine and naive loop), next to
+  every row run alone (no padding at all: the bound no batching strategy can beat);
+- threads: 1 vs all usable cores; precision: every exported variant usable on the device, and
+  on CPU the OpenVINO EP on the fp32 graph (skipped with the reason when it cannot run here).
 
 Budgets (bench/budgets.toml): scenario "padding", ratio "length_sorted/pad_to_max" >= 3 is a
 promise of the product; the others are reported.
@@ -17,6 +19,7 @@ from conftest import BenchRun
 from onnxrank.bench.contenders import engine_contender, engine_many_contender
 from onnxrank.bench.workloads import REGIMES
 from onnxrank.engine.session import VARIANT_PREFERENCE
+from onnxrank.errors import DeviceUnavailableError
 from onnxrank.types import Device
 
 SWEEP_REGIME = REGIMES["mixed"]
@@ -71,6 +74,8 @@ def test_padding(benchmark, bench: BenchRun, device: str) -> None:
         engine_contender("pad_to_max", f"pad every row to {max_length}, input order (engine, "
                          f"pad_to_multiple={max_length}, sort_by_length=False)",
                          bench.engine(device, sort_by_length=False, pad_to_multiple=max_length)),
+        engine_contender("no_padding", "every row alone (max_batch_size=1): no padding at all",
+                         bench.engine(device, max_batch_size=1)),
     ]
     baselines, skipped = bench.baseline_contenders(device, ("naive_ort",))
     contenders += baselines
@@ -108,15 +113,25 @@ def test_precision(benchmark, bench: BenchRun, device: str) -> None:
     exported = bench.reference_engine.spec.variants
     variants = [name for name in VARIANT_PREFERENCE[Device(device)] if name in exported]
     workload = bench.workload(PRECISION_REGIME, bench.sizes.sweep_queries)
+    # On CPU the variants run on onnxruntime's own CPU EP; OpenVINO gets its own row.
+    provider = {"cpu_provider": "default"} if device == Device.CPU.value else {}
     contenders = [
         engine_contender(variant, f"engine, precision={variant!r} ({exported[variant].file})",
-                         bench.engine(device, precision=variant))
+                         bench.engine(device, precision=variant, **provider))
         for variant in variants
     ]
+    skipped = {}
+    if device == Device.CPU.value:
+        try:
+            contenders.append(engine_contender(
+                "openvino", "engine, OpenVINO EP on the fp32 graph (cpu_provider='openvino')",
+                bench.engine(device, precision="fp32", cpu_provider="openvino")))
+        except DeviceUnavailableError as err:
+            skipped["openvino"] = f"skipped: {err}"
     bench.compare(
         benchmark, scenario=scenario, regime=PRECISION_REGIME.name, device=device,
         contenders=contenders, items=[(request,) for request in workload.requests],
         pairs_per_item=[len(request.documents) for request in workload.requests],
         ratios=[(contenders[0].name, other.name) for other in contenders[1:]],
-        workload=workload,
+        skipped=skipped, workload=workload,
     )

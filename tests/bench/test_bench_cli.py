@@ -76,9 +76,16 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
         assert (scenario, regime, "cpu") in measured, scenario
     padding = measured[("padding", "mixed", "cpu")]
     assert set(padding["contenders"]) == {"length_sorted", "input_order", "pad_to_max",
-                                          "naive_ort"}
+                                          "no_padding", "naive_ort"}
+    assert padding["contenders"]["no_padding"]["settings"]["max_batch_size"] == 1
+    assert {"length_sorted/pad_to_max", "length_sorted/no_padding"} <= set(padding["ratios"])
     assert padding["contenders"]["pad_to_max"]["settings"]["pad_to_multiple"] == 512
-    assert set(measured[("precision", "medium", "cpu")]["contenders"]) == {"int8", "opt", "fp32"}
+    precision = measured[("precision", "medium", "cpu")]
+    assert set(precision["contenders"]) - {"openvino"} == {"int8", "opt", "fp32"}
+    # OpenVINO is measured where its plugin lists a CPU device, else skipped with the reason
+    assert ("openvino" in precision["contenders"]) != ("openvino" in precision["skipped"])
+    if "openvino" in precision["skipped"]:
+        assert "cpu_provider='openvino' was requested" in precision["skipped"]["openvino"]
     assert set(measured[("retrieval_stages", "dataset", "cpu")]["contenders"]) == {
         "lexical", "dense", "fusion", "rerank", "total"}
     cuda_rows = [r for r in summary["results"] if r["device"] == "cuda"]

@@ -93,6 +93,23 @@ def test_scores_do_not_depend_on_batching(
     np.testing.assert_allclose(batched.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
 
 
+def test_int8_is_deterministic_and_its_batch_effect_stays_within_the_export_measure(
+    tiny_model_dir: Path,
+) -> None:
+    # Dynamic int8 picks its activation scales per batch, so batch mates move a score; the export
+    # measures that effect (singles vs batches of 64) and records it in the manifest.
+    pairs = [(QUERY, document) for document in DOCUMENTS] * 3
+    alone = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", max_batch_size=1)
+    together = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", max_batch_size=64)
+    measured = together.spec.variants["int8"].fidelity["batch_1_vs_64_max_abs_diff"]
+    np.testing.assert_array_equal(together.score(pairs), together.score(pairs))
+    difference = float(np.abs(alone.score(pairs) - together.score(pairs)).max())
+    assert difference <= 1.5 * measured, (
+        f"int8 batch effect {difference:.4f} on the tiny model exceeds 1.5x the export's "
+        f"measurement {measured:.4f}"
+    )
+
+
 def test_sorting_and_padding_options_do_not_change_scores(
     tiny_model_dir: Path, fp32: Reranker
 ) -> None:
