@@ -6,9 +6,12 @@ cd "$(dirname "$0")/.."
 
 if [ -f models/ms-marco-MiniLM-L-6-v2/manifest.json ]; then
     reranker=ms-marco-MiniLM-L-6-v2
-elif onnxrank export --model cross-encoder/ms-marco-MiniLM-L-6-v2 --out models/ms-marco-MiniLM-L-6-v2 --quiet; then
+elif hub_log=$(mktemp) && echo "quickstart: exporting cross-encoder/ms-marco-MiniLM-L-6-v2 from the Hugging Face Hub" \
+    && onnxrank export --model cross-encoder/ms-marco-MiniLM-L-6-v2 --out models/ms-marco-MiniLM-L-6-v2 --quiet 2>"$hub_log"; then
     reranker=ms-marco-MiniLM-L-6-v2
 else
+    # the Hub client retries for ~20 s before giving up; its log is kept, not shown
+    echo "quickstart: $(grep 'onnxrank export: error' "$hub_log" | cut -c1-160)... (full log: $hub_log)"
     echo "quickstart: the Hugging Face Hub is unreachable, so this run uses the offline stand-in"
     echo "quickstart: minilm-standin (all-MiniLM-L6-v2 encoder + fitted head): NOT a relevance model;"
     echo "quickstart: its rerank scores show the pipeline and its speed, not relevance."

@@ -174,8 +174,8 @@ def _plot_padding(plt: Any, results: Sequence[ScenarioResult], title: str, path:
         axis.barh(names, p50, color=["tab:green"] + ["tab:gray"] * (len(names) - 1))
         for index, name in enumerate(names):
             ratio = result.ratios.get(f"{names[0]}/{name}")
-            slower = f" ({ratio['median']:.2f}x slower)" if ratio else ""
-            axis.text(p50[index], index, f" {p50[index]:.0f} ms{slower}", va="center",
+            relative = f" ({ratio['median']:.2f}x the default's time)" if ratio else ""
+            axis.text(p50[index], index, f" {p50[index]:.0f} ms{relative}", va="center",
                       fontsize=8)
         axis.set_xlabel("p50 ms per query (50 candidates)")
         axis.set_title(f"{title}\n{result.regime}, {result.device}", fontsize=9)
