@@ -24,8 +24,19 @@ def round_up(length: int, multiple: int) -> int:
 # What one extra session.run costs, in padded tokens. On the 2-core CPU no overhead measured
 # fastest (docs/engine.md, "Engine defaults": 256 was 9% slower on short lists, 16% on mixed):
 # a row of 60+ tokens already gives the GEMMs enough work, so only padding counts. Equal padded
-# lengths still share a batch. Unmeasured on a GPU, where each run also costs kernel launches.
-BATCH_OVERHEAD_TOKENS = 0
+# lengths still share a batch.
+CPU_BATCH_OVERHEAD_TOKENS = 0
+
+
+def run_overhead_tokens(device: str, max_batch_tokens: int) -> int:
+    """The per-run charge the planner uses on `device` ("cpu" or "cuda").
+
+    1. CPU: CPU_BATCH_OVERHEAD_TOKENS (measured).
+    2. CUDA: a whole `max_batch_tokens`, so the planner first minimises the number of runs, then
+       padding. Not measured (no GPU here): every run pays some hundred kernel launches, which
+       small batches cannot amortise, so the CPU measurement does not carry over.
+    """
+    return max_batch_tokens if device == "cuda" else CPU_BATCH_OVERHEAD_TOKENS
 
 
 def plan_batches(
@@ -35,7 +46,7 @@ def plan_batches(
     max_batch_size: int,
     sort_by_length: bool = True,
     pad_to_multiple: int = 1,
-    batch_overhead_tokens: int = BATCH_OVERHEAD_TOKENS,
+    batch_overhead_tokens: int = CPU_BATCH_OVERHEAD_TOKENS,
 ) -> list[Batch]:
     """Cut rows into batches of at most `max_batch_tokens` padded tokens and `max_batch_size` rows.
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from onnxrank.engine.batching import Batch, plan_batches
+from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
 from onnxrank.engine.session import (
     OPENVINO_PROVIDER,
     CpuProvider,
@@ -430,6 +430,8 @@ class Reranker:
             max_batch_size=self.config.max_batch_size,
             sort_by_length=sort_by_length,
             pad_to_multiple=self.config.pad_to_multiple,
+            batch_overhead_tokens=run_overhead_tokens(self.device_info.device,
+                                                      self.config.max_batch_tokens),
         )
 
     def _run_batch(self, rows: list[EncodedRow], batch: Batch) -> np.ndarray:

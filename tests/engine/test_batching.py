@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from onnxrank.engine.batching import plan_batches, round_up
+from onnxrank.engine.batching import plan_batches, round_up, run_overhead_tokens
 
 
 def greedy_oracle(lengths: list[int], budget: int, cap: int, multiple: int) -> list[list[int]]:
@@ -107,3 +107,14 @@ def test_empty_and_bad_settings() -> None:
         "max_batch_tokens, max_batch_size and pad_to_multiple must be >= 1, got 0, 8, 1"
     )):
         plan_batches([3], max_batch_tokens=0, max_batch_size=8)
+
+
+def test_cpu_plans_by_padding_and_cuda_by_run_count() -> None:
+    lengths = [64] * 10 + [72] * 10  # input order already sorted; both fit one 8192-token batch
+    cpu = plan_batches(lengths, max_batch_tokens=8192, max_batch_size=64,
+                       batch_overhead_tokens=run_overhead_tokens("cpu", 8192))
+    cuda = plan_batches(lengths, max_batch_tokens=8192, max_batch_size=64,
+                        batch_overhead_tokens=run_overhead_tokens("cuda", 8192))
+    # CPU: no charge per run, so no row is padded; CUDA: one run, 80 padding tokens
+    assert [(len(batch.rows), batch.padded_length) for batch in cpu] == [(10, 64), (10, 72)]
+    assert [(len(batch.rows), batch.padded_length) for batch in cuda] == [(20, 72)]
