@@ -19,7 +19,12 @@ from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_f
 from onnxrank.errors import ExportError, FidelityError
 from onnxrank.export.onnx import DEFAULT_OPSET, export_onnx
 from onnxrank.export.optimize import convert_fp16, optimize_transformer
-from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings, quantize_int8
+from onnxrank.export.quantize import (
+    DEFAULT_INT8_RECIPES,
+    Int8Settings,
+    distinct_recipes,
+    quantize_int8,
+)
 from onnxrank.export.source import (
     DEFAULT_MODEL,
     DEFAULT_REGISTRY,
@@ -343,8 +348,9 @@ def _export_steps(
     yield "export fp32", lambda: export_onnx(loaded.model, paths["fp32"], task=task,
                                              input_names=loaded.input_names, opset=request.opset)
     num_heads, hidden_size = int(config.num_attention_heads), int(config.hidden_size)
+    int8_recipes = distinct_recipes(request.int8, layers=int(config.num_hidden_layers))
     wants = set(request.variants)
-    dynamic = any(recipe.method == "dynamic" for recipe in request.int8)
+    dynamic = any(recipe.method == "dynamic" for recipe in int8_recipes)
     if "opt" in wants or ("int8" in wants and dynamic):
         label = "build opt" if "opt" in wants else "build int8 (fused source)"
         yield label, lambda: settings["opt"].update(optimization=optimize_transformer(
@@ -371,7 +377,7 @@ def _export_steps(
             calibration=calibration if recipe.method == "static" else None)
 
     if "int8" in wants:
-        yield "build int8", lambda: build_int8(request.int8[0])
+        yield "build int8", lambda: build_int8(int8_recipes[0])
     if "fp16" in wants:
         yield "build fp16", lambda: settings["fp16"].update(optimization=convert_fp16(
             paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size))
@@ -381,7 +387,7 @@ def _export_steps(
 
     def validate_int8() -> None:
         attempts = []
-        for index, recipe in enumerate(request.int8):
+        for index, recipe in enumerate(int8_recipes):
             if index:
                 build_int8(recipe)
             metrics = _validate_variant("int8", paths["int8"], inputs, state["reference"], recipe)

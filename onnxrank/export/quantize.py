@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +66,17 @@ DEFAULT_INT8_RECIPES = (
 GELU_OPS = ("Gelu", "BiasGelu", "FastGelu")
 
 
+def distinct_recipes(recipes: Sequence[Int8Settings], *, layers: int) -> tuple[Int8Settings, ...]:
+    """`recipes` with fp32_ffn_up_layers capped at the model's layer count, repeats dropped.
+
+    On a 6-layer model the ladder's 6 and 12 make the same file: trying both would only repeat a
+    quantization and a validation.
+    """
+    capped = (replace(recipe, fp32_ffn_up_layers=min(recipe.fp32_ffn_up_layers, layers))
+              for recipe in recipes)
+    return tuple(dict.fromkeys(capped))
+
+
 def ffn_up_projections(model_path: Path) -> list[str]:
     """Names of the MatMuls that feed a GELU (directly or through a bias Add), in graph order.
 
@@ -119,8 +130,8 @@ def quantize_int8(
     quantization = require("onnxruntime.quantization", extra="export")
     if settings.method == "dynamic":
         source = opt_path if opt_path is not None else fp32_path
-        ffn_up = ffn_up_projections(source) if settings.fp32_ffn_up_layers else []
-        kept_fp32 = ffn_up[len(ffn_up) - min(settings.fp32_ffn_up_layers, len(ffn_up)):]
+        layers = settings.fp32_ffn_up_layers
+        kept_fp32 = ffn_up_projections(source)[-layers:] if layers else []
         quantization.quantize_dynamic(
             str(source),
             str(out_path),

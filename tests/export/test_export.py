@@ -371,7 +371,13 @@ def test_resolve_source_cases(tmp_path: Path) -> None:
 def test_int8_ladder_keeps_the_top_ffn_up_projections_fp32(tiny_model_dir: Path, tmp_path: Path) -> None:
     import onnx
 
-    from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantize_int8
+    from onnxrank.export.quantize import (
+        DEFAULT_INT8_RECIPES,
+        Int8Settings,
+        distinct_recipes,
+        ffn_up_projections,
+        quantize_int8,
+    )
 
     opt = tiny_model_dir / "model_opt.onnx"
     ffn_up = ffn_up_projections(opt)
@@ -389,3 +395,9 @@ def test_int8_ladder_keeps_the_top_ffn_up_projections_fp32(tiny_model_dir: Path,
             "fp32_ffn_up_layers applies to dynamic quantization of the fused graph only, "
             "got method='static' with fp32_ffn_up_layers=2")):
         Int8Settings("static", fp32_ffn_up_layers=2)
+    with pytest.raises(ValueError, match=re.escape("fp32_ffn_up_layers must be an int >= 0, got -1")):
+        Int8Settings("dynamic", fp32_ffn_up_layers=-1)
+    # on a 2-layer model the ladder's 2, 3, 6 and 12 fp32 layers all make the same file: tried once
+    assert [recipe.fp32_ffn_up_layers for recipe in distinct_recipes(DEFAULT_INT8_RECIPES, layers=2)
+            ] == [0, 1, 2, 0]
+    assert distinct_recipes(DEFAULT_INT8_RECIPES, layers=12) == DEFAULT_INT8_RECIPES
