@@ -1,14 +1,15 @@
 """Sweeps of the engine's settings, each measured interleaved within one test.
 
 - max_batch_tokens and max_batch_size: throughput (rerank_many) on the mixed regime;
-- padding strategy on the mixed regime: length-sorted token budget (default) vs padding to the
-  longest row in input order vs padding every row to max_length (engine and naive loop), next to
-  every row run alone (no padding at all: the bound no batching strategy can beat);
+- padding strategy on the mixed regime (log-uniform lengths) and on its range with uniform lengths
+  (mixed_uniform): length-sorted token budget (default) vs padding to the longest row in input
+  order vs padding every row to max_length (engine and naive loop), next to every row run alone
+  (no padding at all: the bound no batching strategy can beat);
 - threads: 1 vs all usable cores; precision: every exported variant usable on the device, and
   on CPU the OpenVINO EP on the fp32 graph (skipped with the reason when it cannot run here).
 
-Budgets (bench/budgets.toml): scenario "padding", ratio "length_sorted/pad_to_max" >= 3 is a
-promise of the product; the others are reported.
+Budgets (bench/budgets.toml): scenario "padding", regime "mixed", ratio
+"length_sorted/pad_to_max" >= 3 is a promise of the product; the others are guards or reported.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import pytest
 from conftest import BenchRun
 
 from onnxrank.bench.contenders import engine_contender, engine_many_contender
-from onnxrank.bench.workloads import REGIMES
+from onnxrank.bench.workloads import MIXED_UNIFORM, REGIMES, Regime
 from onnxrank.engine.session import VARIANT_PREFERENCE
 from onnxrank.errors import DeviceUnavailableError
 from onnxrank.types import Device
 
 SWEEP_REGIME = REGIMES["mixed"]
+PADDING_REGIMES = (REGIMES["mixed"], MIXED_UNIFORM)
 THREADS_REGIME = REGIMES["medium"]
 PRECISION_REGIME = REGIMES["medium"]
 # Large enough that the other setting is the one that binds.
@@ -61,10 +63,11 @@ def test_max_batch_size(benchmark, bench: BenchRun, device: str) -> None:
            bench.sizes.max_batch_size, {"max_batch_tokens": UNBOUNDED_BATCH_TOKENS})
 
 
-def test_padding(benchmark, bench: BenchRun, device: str) -> None:
+@pytest.mark.parametrize("padding_regime", PADDING_REGIMES, ids=lambda regime: regime.name)
+def test_padding(benchmark, bench: BenchRun, device: str, padding_regime: Regime) -> None:
     scenario = "padding"
-    bench.require_device(scenario, SWEEP_REGIME.name, device)
-    workload = bench.workload(SWEEP_REGIME, bench.sizes.sweep_queries)
+    bench.require_device(scenario, padding_regime.name, device)
+    workload = bench.workload(padding_regime, bench.sizes.sweep_queries)
     max_length = bench.reference_engine.config.max_length
     contenders = [
         engine_contender("length_sorted", "length-sorted token budget (engine default)",
@@ -80,7 +83,7 @@ def test_padding(benchmark, bench: BenchRun, device: str) -> None:
     baselines, skipped = bench.baseline_contenders(device, ("naive_ort",))
     contenders += baselines
     bench.compare(
-        benchmark, scenario=scenario, regime=SWEEP_REGIME.name, device=device,
+        benchmark, scenario=scenario, regime=padding_regime.name, device=device,
         contenders=contenders, items=[(request,) for request in workload.requests],
         pairs_per_item=[len(request.documents) for request in workload.requests],
         ratios=[("length_sorted", other.name) for other in contenders[1:]],

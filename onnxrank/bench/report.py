@@ -143,6 +143,7 @@ def _plot_latency(plt: Any, results: Sequence[ScenarioResult], title: str, path:
 def _plot_sweep(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
     measured = [r for r in results if r.scenario == "max_batch_tokens" and r.status == "measured"]
     figure, axis = plt.subplots(figsize=(6.5, 4.5))
+    highest = 0.0
     for result in measured:
         points = sorted(
             (contender["settings"]["max_batch_tokens"], contender["stats"]["pairs_per_s"])
@@ -150,11 +151,12 @@ def _plot_sweep(plt: Any, results: Sequence[ScenarioResult], title: str, path: P
         )
         axis.plot([x for x, _ in points], [y for _, y in points], marker="o",
                   label=f"{result.regime}, {result.device}")
+        highest = max(highest, *(y for _, y in points))
     axis.set_xscale("log", base=2)
     ticks = sorted({contender["settings"]["max_batch_tokens"] for result in measured
                     for contender in result.contenders.values()})
     axis.set_xticks(ticks, [str(tick) for tick in ticks])
-    axis.set_ylim(bottom=0)
+    axis.set_ylim(0, highest * 1.15)
     axis.set_xlabel("max_batch_tokens (max_batch_size not binding)")
     axis.set_ylabel("pairs/s (rerank_many)")
     axis.set_title(title, fontsize=9)

@@ -6,11 +6,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from onnxrank.bench.workloads import (
     LONG_DOCUMENTS,
+    MIXED_UNIFORM,
     REGIMES,
     PassageSource,
     Regime,
@@ -46,7 +48,8 @@ def test_shipped_sample_is_cranfield_text() -> None:
     )
 
 
-@pytest.mark.parametrize("regime", [*REGIMES.values(), LONG_DOCUMENTS], ids=lambda r: r.name)
+@pytest.mark.parametrize("regime", [*REGIMES.values(), MIXED_UNIFORM, LONG_DOCUMENTS],
+                         ids=lambda r: r.name)
 def test_passages_have_counted_length_within_range(
     source: PassageSource, tokenizer: Tokenizer, regime: Regime
 ) -> None:
@@ -63,9 +66,31 @@ def test_passages_have_counted_length_within_range(
             assert not document.startswith(" ") and not document.endswith(" ")
 
 
-def test_mixed_regime_spreads_within_each_query(source: PassageSource) -> None:
-    for request in build_workload(source, REGIMES["mixed"], queries=4).requests:
-        assert min(request.token_counts) < 120 and max(request.token_counts) > 400
+@pytest.mark.parametrize("regime", [REGIMES["mixed"], MIXED_UNIFORM], ids=lambda r: r.name)
+def test_mixed_regimes_spread_within_each_query(source: PassageSource, regime: Regime) -> None:
+    for request in build_workload(source, regime, queries=4).requests:
+        assert min(request.token_counts) < 120 and max(request.token_counts) > 300
+
+
+def test_length_distributions() -> None:
+    draws = {regime.distribution: regime.draw_lengths(np.random.default_rng(0), 20_000)
+             for regime in (REGIMES["mixed"], MIXED_UNIFORM)}
+    for lengths in draws.values():
+        assert lengths.min() == 20 and lengths.max() == 512
+    # Uniform in tokens: median mid-range. Log-uniform: median at the geometric mean, and each
+    # doubling of length (20-40, ..., 320-640) holds about the same share of candidates.
+    assert abs(np.median(draws["uniform"]) - 266) < 8
+    assert abs(np.median(draws["log_uniform"]) - np.sqrt(20 * 513)) < 5
+    octaves = np.histogram(draws["log_uniform"], bins=[20, 40, 80, 160, 320])[0] / 20_000
+    assert np.all(np.abs(octaves - np.log(2) / np.log(513 / 20)) < 0.01), octaves
+
+
+def test_mixed_workload_is_log_uniform(source: PassageSource) -> None:
+    counts = [n for request in build_workload(source, REGIMES["mixed"], queries=4).requests
+              for n in request.token_counts]
+    uniform = [n for request in build_workload(source, MIXED_UNIFORM, queries=4).requests
+               for n in request.token_counts]
+    assert 70 < np.median(counts) < 140 < 200 < np.median(uniform)
 
 
 def test_workloads_are_deterministic_and_seeded(tokenizer: Tokenizer) -> None:
@@ -108,3 +133,7 @@ def test_bad_inputs(tmp_path: Path, source: PassageSource) -> None:
         "regime 'bad' needs 1 <= min_tokens <= max_tokens, got 10..5"
     )):
         Regime("bad", 10, 5, "")
+    with pytest.raises(ValueError, match=re.escape(
+        "regime 'bad': distribution must be 'uniform' or 'log_uniform', got 'normal'"
+    )):
+        Regime("bad", 10, 50, "", distribution="normal")  # type: ignore[arg-type]
