@@ -68,6 +68,7 @@ BASELINE_CLASSES = {
 class Sizes:
     """How much work each scenario does: --bench-quick uses the small column."""
 
+    candidates: int
     latency_queries: int
     throughput_requests: int
     throughput_requests_per_round: int
@@ -78,12 +79,14 @@ class Sizes:
 
 
 # A full CPU run of MiniLM-L6 on 2 idle cores takes about 20 minutes with these sizes (19 min measured).
-FULL = Sizes(latency_queries=20, throughput_requests=40, throughput_requests_per_round=8,
-             sweep_queries=8, long_document_queries=4,
+FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=20, throughput_requests=40,
+             throughput_requests_per_round=8, sweep_queries=8, long_document_queries=4,
              max_batch_tokens=(1024, 2048, 4096, 8192, 16384),
              max_batch_size=(8, 16, 32, 64, 128))
-QUICK = Sizes(latency_queries=2, throughput_requests=2, throughput_requests_per_round=1,
-              sweep_queries=2, long_document_queries=1,
+# Quick checks the suite, not the numbers: fewer candidates keep it under 2 minutes even with a
+# full-size model.
+QUICK = Sizes(candidates=10, latency_queries=2, throughput_requests=2,
+              throughput_requests_per_round=1, sweep_queries=2, long_document_queries=1,
               max_batch_tokens=(512, 2048, 8192), max_batch_size=(8, 64))
 
 
@@ -138,7 +141,7 @@ class BenchRun:
         self.verdicts: list[Verdict] = []
         self._engines: dict[tuple[Any, ...], Reranker] = {}
         self._baselines: dict[tuple[str, str], Any] = {}
-        self._workloads: dict[tuple[str, int, int], Workload] = {}
+        self._workloads: dict[tuple[str, int], Workload] = {}
         self._source: PassageSource | None = None
         self._calibration_ms: float | None = None
         self._machine: dict[str, Any] | None = None
@@ -184,17 +187,17 @@ class BenchRun:
             self._machine = machine_info(REPOSITORY)
         return self._machine
 
-    def workload(self, regime: Regime, queries: int,
-                 candidates: int = DEFAULT_CANDIDATES) -> Workload:
+    def workload(self, regime: Regime, queries: int) -> Workload:
         """The seeded workload of a regime (built once per session and size)."""
-        key = (regime.name, queries, candidates)
+        key = (regime.name, queries)
         if key not in self._workloads:
             if self._source is None:
                 spec = self.reference_engine.spec
                 self._source = PassageSource(load_dataset(self.dataset_path),
                                              load_tokenizer(spec, self.model_dir))
             self._workloads[key] = build_workload(self._source, regime, queries=queries,
-                                                  candidates=candidates, seed=DEFAULT_SEED)
+                                                  candidates=self.sizes.candidates,
+                                                  seed=DEFAULT_SEED)
         return self._workloads[key]
 
     def engine(self, device: str, **settings: Any) -> Reranker:
@@ -303,7 +306,7 @@ class BenchRun:
                 "variants": list(reference.spec.variants) if reference else [],
             },
             "dataset": str(self.dataset_path),
-            "candidates": DEFAULT_CANDIDATES,
+            "candidates": self.sizes.candidates,
             "seed": DEFAULT_SEED,
             "devices": self.devices,
             "regimes": [regime.name for regime in self.regimes],

@@ -112,6 +112,10 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     return "\n".join(lines) + "\n"
 
 
+def _candidates_per_query(result: ScenarioResult) -> int:
+    return int(result.workload["pairs"]) // int(result.workload["queries"])
+
+
 def _plot_latency(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
     measured = [r for r in results if r.scenario == "latency" and r.status == "measured"]
     names = list(dict.fromkeys(name for r in measured for name in r.contenders))
@@ -130,7 +134,7 @@ def _plot_latency(plt: Any, results: Sequence[ScenarioResult], title: str, path:
                      color="black", zorder=3, label="p95" if offset == 0 else None)
     axis.set_xticks([index + width * (len(names) - 1) / 2 for index in range(len(measured))])
     axis.set_xticklabels(groups)
-    axis.set_ylabel("ms per query (50 candidates)")
+    axis.set_ylabel(f"ms per query ({_candidates_per_query(measured[0])} candidates)")
     axis.set_ylim(bottom=0)
     axis.set_title(title, fontsize=9)
     axis.legend(fontsize=8, ncol=len(names) + 1, loc="upper center",
@@ -179,7 +183,7 @@ def _plot_padding(plt: Any, results: Sequence[ScenarioResult], title: str, path:
             relative = f" ({ratio['median']:.2f}x the default's time)" if ratio else ""
             axis.text(p50[index], index, f" {p50[index]:.0f} ms{relative}", va="center",
                       fontsize=8)
-        axis.set_xlabel("p50 ms per query (50 candidates)")
+        axis.set_xlabel(f"p50 ms per query ({_candidates_per_query(result)} candidates)")
         axis.set_title(f"{title}\n{result.regime}, {result.device}", fontsize=9)
         axis.invert_yaxis()
         axis.set_xlim(0, max(p50) * 1.6)

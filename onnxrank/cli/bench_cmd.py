@@ -129,7 +129,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true",
                         default=env_default("quick", "") not in ("", "0", "false"),
-                        help=f"a few queries per scenario (< 2 minutes); env {env_name('quick')}")
+                        help="2 queries of 10 candidates per scenario (< 2 minutes): checks the "
+                        f"suite, not the numbers; env {env_name('quick')}")
     parser.add_argument("--device", default=env_default("device", "all"),
                         help="devices, comma-separated: cpu, cuda, or all (cuda rows say "
                              "'unavailable' without a CUDAExecutionProvider)")
