@@ -2,14 +2,18 @@
 
 On a noisy machine, absolute times from separate runs are not comparable: another process may take
 a core during one run and not the other. So contenders run in the same process on the same item one
-after the other, in alternating order (B A | A B | B A ...), and they are compared through the
-median of per-item time ratios. The first contender is the one pytest-benchmark times; the others
-run in pytest-benchmark's untimed ``setup`` hook, timed by us.
+after the other, and they are compared through the median of per-item time ratios. The order on
+item i is the contender list rotated by i, so every contender takes every position equally often
+and, with three or more contenders, none ever runs twice in a row. Running right after yourself is
+an advantage (warm caches, your own thread pool still awake while the previous runtime's spins),
+worth several percent here, so the schedule must hand it to nobody. The first contender is the one
+pytest-benchmark times; the others run in pytest-benchmark's untimed ``setup`` hook, timed by us.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,14 +51,30 @@ class Timings:
     pairs_per_item: list[int]
 
 
+def interleaved_order(contenders: int, items: int) -> list[tuple[int, int]]:
+    """The (contender, item) run order: on item i, contenders rotated by i.
+
+    With two contenders this is A B | B A | A B ..., with three A B C | B C A | C A B ...: each
+    contender holds each position equally often, and no contender runs twice in a row unless
+    there are only two (then both do, equally often).
+    """
+    order = []
+    for item in range(items):
+        shift = item % contenders
+        order += [(contender, item) for contender in
+                  [*range(shift, contenders), *range(shift)]]
+    return order
+
+
 def measure_interleaved(
     benchmark: Any, contenders: Sequence[Contender[Item]], items: Sequence[Item],
     pairs_per_item: Sequence[int],
 ) -> Timings:
-    """Time every contender on every item, interleaved in alternating order.
+    """Time every contender on every item, in the order of `interleaved_order`.
 
     The first contender is benchmarked with ``benchmark.pedantic`` (one round per item), so
-    pytest-benchmark's own statistics describe it. Each contender first runs once on ``items[0]``
+    pytest-benchmark's own statistics describe it; the runs of the others between two of its runs
+    happen in pytest-benchmark's setup hook. Each contender first runs once on ``items[0]``
     untimed (session warm-up, allocator growth).
 
     Args:
@@ -76,40 +96,35 @@ def measure_interleaved(
             "pytest-benchmark is disabled (--benchmark-disable, or pytest-xdist is active); "
             "the bench suite needs it enabled"
         )
-    primary, others = contenders[0], list(contenders[1:])
-    seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
+    # NaN until timed, so a run the order missed could not pass for a real time.
+    seconds = {contender.name: [math.nan] * len(items) for contender in contenders}
     for contender in contenders:
         contender.run(items[0])
 
-    def run_others(index: int) -> None:
-        # Rotate the baselines too, so none always runs right after the primary.
-        shift = index % len(others) if others else 0
-        for contender in others[shift:] + others[:shift]:
-            started = time.perf_counter()
-            contender.run(items[index])
-            seconds[contender.name].append(time.perf_counter() - started)
-
-    rounds = {"next": 0}
-
-    def setup() -> tuple[tuple[Item], dict[str, Any]]:
-        index = rounds["next"]
-        rounds["next"] += 1
-        if index % 2 == 0:
-            # Even items run others-first; the previous (odd) item ran primary-first, so its
-            # others run now, right after it: B0 A0 | A1 B1 | B2 A2 | A3 B3 ...
-            if index > 0:
-                run_others(index - 1)
-            run_others(index)
-        return (items[index],), {}
-
-    def target(item: Item) -> None:
+    def run(contender: Contender[Item], item: int) -> None:
         started = time.perf_counter()
-        primary.run(item)
-        seconds[primary.name].append(time.perf_counter() - started)
+        contender.run(items[item])
+        seconds[contender.name][item] = time.perf_counter() - started
 
-    benchmark.pedantic(target, setup=setup, rounds=len(items), iterations=1)
-    if len(items) % 2 == 0:
-        run_others(len(items) - 1)
+    order = interleaved_order(len(contenders), len(items))
+    cursor = {"next": 0}
+
+    def run_until_primary() -> None:
+        """Runs the others in order up to the primary's next run (or to the end)."""
+        while cursor["next"] < len(order) and order[cursor["next"]][0] != 0:
+            contender, item = order[cursor["next"]]
+            run(contenders[contender], item)
+            cursor["next"] += 1
+
+    def setup() -> tuple[tuple[int], dict[str, Any]]:
+        run_until_primary()
+        _, item = order[cursor["next"]]
+        cursor["next"] += 1
+        return (item,), {}
+
+    benchmark.pedantic(lambda item: run(contenders[0], item), setup=setup, rounds=len(items),
+                       iterations=1)
+    run_until_primary()
     return Timings(seconds=seconds, pairs_per_item=list(pairs_per_item))
 
 
