@@ -66,7 +66,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         f"- Threads: {run['threads']} for every runtime. Calibration: {run['calibration_ms']:.1f} "
         f"ms now vs {run['reference_ms']:.1f} ms on {run['reference_machine']}: latency budgets "
         f"x{run['scale']:.2f}",
-        "- Contenders ran interleaved query by query in alternating order; ratios are "
+        "- Contenders ran interleaved query by query, in a new rotation on each; ratios are "
         "min/median/max over queries of (other's time / engine's time).",
         "",
         "## Times",
