@@ -24,6 +24,7 @@ SCENARIO_FILES = {
     "sweeps": "test_sweeps.py",
     "long_documents": "test_long_documents.py",
     "retrieval_stages": "test_retrieval_stages.py",
+    "order_check": "test_order_check.py",
 }
 PYTEST_BENCHMARK_JSON = "pytest-benchmark.json"
 

@@ -69,7 +69,8 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
         assert {"engine/st", "engine/naive_ort"} <= set(latency["ratios"])
         assert "FlashRank skipped" in latency["skipped"]["flashrank"]
         assert ("throughput", regime, "cpu") in measured
-    for scenario, regime in [("padding", "mixed"), ("max_batch_tokens", "mixed"),
+    for scenario, regime in [("padding", "mixed"), ("padding", "mixed_uniform"),
+                             ("order_check", "short"), ("max_batch_tokens", "mixed"),
                              ("max_batch_size", "mixed"), ("threads", "medium"),
                              ("precision", "medium"), ("long_documents", "long_documents"),
                              ("retrieval_stages", "dataset")]:
@@ -80,6 +81,10 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
     assert padding["contenders"]["no_padding"]["settings"]["max_batch_size"] == 1
     assert {"length_sorted/pad_to_max", "length_sorted/no_padding"} <= set(padding["ratios"])
     assert padding["contenders"]["pad_to_max"]["settings"]["pad_to_multiple"] == 512
+    order_check = measured[("order_check", "short", "cpu")]
+    assert set(order_check["contenders"]) == {"copy_a", "copy_b", "copy_c"}
+    assert set(order_check["ratios"]) == {"copy_a/copy_b", "copy_b/copy_a", "copy_a/copy_c",
+                                          "copy_c/copy_a"}
     precision = measured[("precision", "medium", "cpu")]
     assert set(precision["contenders"]) - {"openvino"} == {"int8", "opt", "fp32"}
     # OpenVINO is measured where its plugin lists a CPU device, else skipped with the reason
