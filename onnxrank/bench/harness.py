@@ -5,8 +5,8 @@ a core during one run and not the other. So contenders run in the same process o
 after the other, and they are compared through the median of per-item time ratios. The order on
 item i is the contender list rotated by i, so every contender takes every position equally often
 and, with three or more contenders, none ever runs twice in a row. Running right after yourself is
-an advantage (warm caches, your own thread pool still awake while the previous runtime's spins),
-worth several percent here, so the schedule must hand it to nobody. The first contender is the one
+an advantage (6-11% in an A/A test here; warm caches and thread pools are the likely cause, not
+verified), so the schedule must hand it to nobody. The first contender is the one
 pytest-benchmark times; the others run in pytest-benchmark's untimed ``setup`` hook, timed by us.
 """
 
