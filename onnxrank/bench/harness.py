@@ -106,25 +106,20 @@ def measure_interleaved(
         contender.run(items[item])
         seconds[contender.name][item] = time.perf_counter() - started
 
-    order = interleaved_order(len(contenders), len(items))
-    cursor = {"next": 0}
-
-    def run_until_primary() -> None:
-        """Runs the others in order up to the primary's next run (or to the end)."""
-        while cursor["next"] < len(order) and order[cursor["next"]][0] != 0:
-            contender, item = order[cursor["next"]]
-            run(contenders[contender], item)
-            cursor["next"] += 1
+    pending = iter(interleaved_order(len(contenders), len(items)))
 
     def setup() -> tuple[tuple[int], dict[str, Any]]:
-        run_until_primary()
-        _, item = order[cursor["next"]]
-        cursor["next"] += 1
-        return (item,), {}
+        # Runs the others up to the primary's next run, which pytest-benchmark then times.
+        for index, item in pending:
+            if index == 0:
+                return (item,), {}
+            run(contenders[index], item)
+        raise AssertionError("every item has a primary run, so pedantic's rounds cannot overrun")
 
     benchmark.pedantic(lambda item: run(contenders[0], item), setup=setup, rounds=len(items),
                        iterations=1)
-    run_until_primary()
+    for index, item in pending:  # the others after the primary's last run
+        run(contenders[index], item)
     return Timings(seconds=seconds, pairs_per_item=list(pairs_per_item))
 
 

@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -52,10 +52,10 @@ class Regime:
                 f"regime {self.name!r} needs 1 <= min_tokens <= max_tokens, "
                 f"got {self.min_tokens}..{self.max_tokens}"
             )
-        if self.distribution not in ("uniform", "log_uniform"):
+        if self.distribution not in get_args(LengthDistribution):
             raise ValueError(
-                f"regime {self.name!r}: distribution must be 'uniform' or 'log_uniform', "
-                f"got {self.distribution!r}"
+                f"regime {self.name!r}: distribution must be "
+                f"{' or '.join(map(repr, get_args(LengthDistribution)))}, got {self.distribution!r}"
             )
 
     def draw_lengths(self, rng: np.random.Generator, size: int) -> np.ndarray:
