@@ -57,7 +57,12 @@ def interleaved_order(contenders: int, items: int) -> list[tuple[int, int]]:
     With two contenders this is A B | B A | A B ..., with three A B C | B C A | C A B ...: each
     contender holds each position equally often, and no contender runs twice in a row unless
     there are only two (then both do, equally often).
+
+    Raises:
+        ValueError: contenders < 1 or items < 0.
     """
+    if contenders < 1 or items < 0:
+        raise ValueError(f"need contenders >= 1 and items >= 0, got {contenders} and {items}")
     order = []
     for item in range(items):
         shift = item % contenders

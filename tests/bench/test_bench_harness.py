@@ -49,6 +49,13 @@ def test_order_favours_no_contender(contenders: int) -> None:
     assert np.all(positions == items // contenders)
 
 
+def test_order_needs_contenders() -> None:
+    with pytest.raises(ValueError, match=re.escape(
+        "need contenders >= 1 and items >= 0, got 0 and 3"
+    )):
+        interleaved_order(0, 3)
+
+
 def test_two_contenders_run_twice_in_a_row_equally_often() -> None:
     order = [contender for contender, _ in interleaved_order(2, 6)]
     assert order == [0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0]
