@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from onnxrank.engine.reranker import RankedDocument, Reranker
+from onnxrank.engine.ranking import RankedDocument
+from onnxrank.engine.reranker import Reranker
 from onnxrank.retrieval.hybrid import HybridRetriever
 from onnxrank.types import Device
 

@@ -7,11 +7,17 @@ Layout of an exported model directory (``models/NAME/``)::
     model_opt.onnx       fp32, onnxruntime transformer-optimizer fused   variant "opt"
     model_int8.onnx      int8 for CPU                                    variant "int8"
     model_fp16.onnx      fp16 for CUDA                                   variant "fp16"
+    model_ov_int8.xml    OpenVINO IR, NNCF static int8 for CPU           variant "ov_int8"
+    model_ov_int8.bin    its weights (VariantSpec.extra_files)
     tokenizer.json       Rust `tokenizers` file, plus the HF config files it came with
 
 Graph contract: inputs are a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
 shape [batch, sequence]). A rerank model's first output is the logits [batch, num_labels]; an
 embedding model's first output is the mean-pooled, L2-normalised embedding [batch, dim].
+A rerank graph may have its last encoder layer pruned to the [CLS] row (``graph_rewrites``); its
+logits are the same up to float rounding.
+
+Manifests written before ``extra_files`` and ``graph_rewrites`` existed load with both empty.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from onnxrank.errors import ModelLoadError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
-VARIANT_NAMES = ("fp32", "opt", "int8", "fp16")
+VARIANT_NAMES = ("fp32", "opt", "int8", "fp16", "ov_int8")
 Task = Literal["rerank", "embedding"]
 Activation = Literal["sigmoid", "softmax", "none"]
 
@@ -42,19 +48,22 @@ def sha256_file(path: Path) -> str:
 
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
-    """One ONNX file of a model and how it was made."""
+    """One model file (ONNX, or OpenVINO IR for ov_int8) and how it was made."""
 
     file: str
     sha256: str
-    size_bytes: int
+    size_bytes: int  # on disk, extra_files included
     precision: Literal["fp32", "fp16", "int8"]
     opset: int
     # e.g. {"method": "dynamic", "per_channel": False, "weight_type": "QInt8"}; None when not quantized
     quantization: dict[str, Any] | None = None
     # e.g. {"optimizer": "onnxruntime.transformers", "fusions": {...}}; None for the plain export
     optimization: dict[str, Any] | None = None
-    # validation against the PyTorch reference: max_abs_diff, pearson, spearman, top10_overlap, ...
+    # validation against the PyTorch reference: the tuning part's max_abs_diff, pearson, spearman,
+    # top10_overlap, ... at the top level, the held-out part's under "held_out"
     fidelity: dict[str, Any] = field(default_factory=dict)
+    # other files the variant needs, name -> sha256 (the .bin of an OpenVINO IR)
+    extra_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,9 @@ class ModelSpec:
     model_config: dict[str, Any] = field(default_factory=dict)
     # embedding models only: "mean" pooling + L2 normalisation inside the graph
     embedding_dim: int | None = None
+    # rewrites applied to the graph before every variant was built, e.g.
+    # {"cls_only_last_layer": {"applied": True, ...}}
+    graph_rewrites: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
 
@@ -99,7 +111,8 @@ class ModelSpec:
                 f"unknown variant names {sorted(unknown)}; allowed: {', '.join(VARIANT_NAMES)}"
             )
         if not self.variants:
-            raise ValueError("a model needs at least one variant; allowed: fp32, opt, int8, fp16")
+            raise ValueError(
+                f"a model needs at least one variant; allowed: {', '.join(VARIANT_NAMES)}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, the exact content of manifest.json."""
@@ -152,7 +165,8 @@ def load_model_spec(model_dir: str | Path) -> ModelSpec:
 
 
 def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | None = None) -> None:
-    """Check the tokenizer files and the given variants (default: all) against their manifest hashes.
+    """Check the tokenizer files and the given variants (default: all), each with its extra files
+    (an OpenVINO IR's .bin), against their manifest hashes.
 
     Raises:
         ModelLoadError: A file is missing, unreadable, or its sha256 differs from the manifest.
@@ -167,6 +181,7 @@ def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | N
                 f"available: {', '.join(spec.variants)}"
             )
         expected[spec.variants[name].file] = spec.variants[name].sha256
+        expected.update(spec.variants[name].extra_files)
     for file_name, digest in expected.items():
         path = directory / file_name
         try:

@@ -10,11 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from onnxrank import Device, Reranker
-from onnxrank.engine import session as session_module
-from onnxrank.engine.session import choose_variant, resolve_device
+from onnxrank.engine.devices import resolve_device
+from onnxrank.engine.runtime import choose_candidates
 from onnxrank.engine.spec import load_model_spec, sha256_file, write_manifest
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
 
@@ -53,7 +54,7 @@ def test_tampered_model_file_is_refused(model_copy: Path) -> None:
     with pytest.raises(ModelLoadError, match=re.escape(
         f"{model_copy / 'model.onnx'} does not match its manifest hash"
     )):
-        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+        Reranker.from_dir(model_copy, device="cpu", backend="onnxruntime", precision="fp32")
 
 
 def test_unreadable_model_is_refused(model_copy: Path) -> None:
@@ -62,7 +63,7 @@ def test_unreadable_model_is_refused(model_copy: Path) -> None:
     fp32 = replace(spec.variants["fp32"], sha256=sha256_file(model_copy / "model.onnx"))
     write_manifest(replace(spec, variants={**spec.variants, "fp32": fp32}), model_copy)
     with pytest.raises(ModelLoadError, match=re.escape(f"could not load {model_copy / 'model.onnx'}: ")):
-        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+        Reranker.from_dir(model_copy, device="cpu", backend="onnxruntime", precision="fp32")
 
 
 def test_tokenizer_from_another_model_is_refused(model_copy: Path) -> None:
@@ -71,13 +72,13 @@ def test_tokenizer_from_another_model_is_refused(model_copy: Path) -> None:
         f"tokenizer {model_copy / 'tokenizer.json'} has 30522 tokens but the model's vocabulary "
         "has 1000: the tokenizer does not belong to this model"
     )):
-        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+        Reranker.from_dir(model_copy, device="cpu", backend="onnxruntime", precision="fp32")
 
 
 def test_embedding_model_is_refused(model_copy: Path) -> None:
     rewrite_manifest(model_copy, task="embedding")
     with pytest.raises(ModelLoadError, match=re.escape(
-        f"{model_copy} holds a 'embedding' model; Reranker needs a cross-encoder exported with "
+        f"{model_copy} holds a 'embedding' model, but this needs a cross-encoder exported with "
         "--task rerank"
     )):
         Reranker.from_dir(model_copy)
@@ -88,7 +89,7 @@ def test_stand_in_warns_that_scores_are_not_relevance(
 ) -> None:
     rewrite_manifest(model_copy, relevance_trained=False)
     with caplog.at_level(logging.WARNING, logger="onnxrank.engine.reranker"):
-        Reranker.from_dir(model_copy, device="cpu", precision="fp32")
+        Reranker.from_dir(model_copy, device="cpu", backend="onnxruntime", precision="fp32")
     assert "its scores are not relevance scores" in caplog.text
 
 
@@ -113,7 +114,7 @@ WITH_CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 def test_resolve_device_cases(caplog: pytest.LogCaptureFixture) -> None:
     assert resolve_device("cpu", WITH_CUDA) is Device.CPU
     assert resolve_device("cuda", WITH_CUDA) is Device.CUDA
-    with caplog.at_level(logging.INFO, logger="onnxrank.engine.session"):
+    with caplog.at_level(logging.INFO, logger="onnxrank.engine.devices"):
         assert resolve_device("auto", WITH_CUDA) is Device.CUDA
         assert resolve_device("auto", CPU_ONLY) is Device.CPU
     assert "device='auto' chose cuda" in caplog.text and "device='auto' chose cpu" in caplog.text
@@ -129,63 +130,38 @@ def test_explicit_cuda_without_provider_names_the_available_ones(tiny_model_dir:
         "providers: AzureExecutionProvider, CPUExecutionProvider). Install onnxruntime-gpu"
     )):
         resolve_device("cuda", CPU_ONLY)
-    if "CUDAExecutionProvider" not in session_module.ort.get_available_providers():
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
         with pytest.raises(DeviceUnavailableError):
             Reranker.from_dir(tiny_model_dir, device="cuda")
 
 
-def test_cuda_never_runs_int8(tiny_model_dir: Path) -> None:
+def test_cuda_never_runs_int8(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ort, "get_available_providers", lambda: WITH_CUDA)
     spec = load_model_spec(tiny_model_dir)
-    assert choose_variant(spec, Device.CUDA) == "fp16"
-    assert choose_variant(spec, Device.CPU) == "int8"
+    assert [c.label for c in choose_candidates(spec, Device.CUDA, "auto", "auto")] == [
+        "onnxruntime/fp16"]
+    assert [c.label for c in choose_candidates(spec, Device.CPU, "onnxruntime", "auto")] == [
+        "onnxruntime/int8"]
     with pytest.raises(ValueError, match=re.escape(
-        "precision='int8' is CPU-only; on CUDA use 'fp16', 'opt' or 'fp32'"
+        "onnxruntime/int8: precision='int8' is CPU-only; on CUDA use 'fp16', 'opt' or 'fp32'"
     )):
-        choose_variant(spec, Device.CUDA, "int8")
+        choose_candidates(spec, Device.CUDA, "onnxruntime", "int8")
 
 
 def test_cuda_that_does_not_attach(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """onnxruntime lists CUDA but the session falls back to CPU (e.g. missing cuDNN)."""
-    if "CUDAExecutionProvider" in session_module.ort.get_available_providers():
+    if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("a real CUDA provider is present")
-    monkeypatch.setattr(session_module.ort, "get_available_providers", lambda: WITH_CUDA)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: WITH_CUDA)
     with pytest.raises(DeviceUnavailableError, match=re.escape(
         "CUDAExecutionProvider is installed but did not attach to "
         f"{tiny_model_dir / 'model_fp16.onnx'} (session providers: CPUExecutionProvider); the "
         "usual cause is missing or mismatched CUDA/cuDNN libraries."
     )):
         Reranker.from_dir(tiny_model_dir, device="cuda")
-    with caplog.at_level(logging.WARNING, logger="onnxrank.engine.session"):
-        reranker = Reranker.from_dir(tiny_model_dir, device="auto")
+    with caplog.at_level(logging.WARNING, logger="onnxrank.engine.runtime"):
+        reranker = Reranker.from_dir(tiny_model_dir, device="auto", backend="onnxruntime")
     assert reranker.device_info.device == "cpu" and reranker.device_info.variant == "int8"
     assert "Falling back to CPU because device='auto'" in caplog.text
-
-
-def test_openvino_provider_is_explicit_about_availability(tiny_model_dir: Path) -> None:
-    """cpu_provider='openvino' either runs OpenVINO (matching fp32) or raises: never a quiet CPU EP."""
-    from onnxrank.engine.session import openvino_cpu_device
-
-    if openvino_cpu_device() is None:
-        with pytest.raises(DeviceUnavailableError, match=re.escape(
-            "cpu_provider='openvino' was requested but the OpenVINO EP plugin is not installed or "
-            "lists no CPU device on this machine"
-        )):
-            Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="openvino")
-        auto = Reranker.from_dir(tiny_model_dir, device="cpu")
-        assert auto.device_info.provider == "CPUExecutionProvider"
-    else:
-        openvino = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="openvino")
-        assert openvino.device_info.provider == "OpenVINOExecutionProvider"
-        assert openvino.device_info.variant == "fp32"
-        fp32 = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="default",
-                                 precision="fp32")
-        pairs = [("wing flutter", "flutter of a wing"), ("heat", "heat transfer in slabs")]
-        np.testing.assert_allclose(openvino.score(pairs), fp32.score(pairs), atol=1e-3)
-    default = Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="default")
-    assert default.device_info.provider == "CPUExecutionProvider"
-    with pytest.raises(ValueError, match=re.escape(
-        "cpu_provider must be 'auto', 'openvino' or 'default', got 'gpu'"
-    )):
-        Reranker.from_dir(tiny_model_dir, device="cpu", cpu_provider="gpu")  # type: ignore[arg-type]

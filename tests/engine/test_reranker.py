@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from onnxrank import RankedDocument, Reranker
-from onnxrank.engine.reranker import fallback_ranking
+from onnxrank.engine.ranking import fallback_ranking
 from onnxrank.errors import InferenceError
 
 QUERY = "what similarity laws must be obeyed when constructing aeroelastic models"
@@ -29,12 +29,13 @@ DOCUMENTS = [
 
 @pytest.fixture(scope="module")
 def fp32(tiny_model_dir: Path) -> Reranker:
-    return Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32")
+    return Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32")
 
 
 def torch_reference(checkpoint_dir: Path, pairs: list[tuple[str, str]], max_length: int) -> np.ndarray:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
+
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint_dir)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint_dir).eval()
     encoded = tokenizer(
@@ -56,22 +57,41 @@ def test_fp32_matches_pytorch_reference(fp32: Reranker, tiny_checkpoint_dir: Pat
     )
 
 
-@pytest.mark.parametrize("precision", ["opt", "int8"])
-def test_variants_stay_within_export_thresholds(
-    tiny_model_dir: Path, fp32: Reranker, precision: str
-) -> None:
-    variant = Reranker.from_dir(tiny_model_dir, device="cpu", precision=precision)
-    assert variant.device_info.variant == precision
+# Fixed bounds, never read from the artefact under test (an export regression must fail here,
+# not move the bound). opt is exact fp32 up to fusion rounding: the export gate's own 1e-3.
+# int8 on the tiny random model: Spearman against fp32 at the tiny fixtures' gate (0.9), and
+# |Δlogit| <= 0.8 (the shipped recipe measured 0.57 on these pairs; logits spread over ~9).
+OPT_MAX_ABS_DIFF = 1e-3
+INT8_MAX_ABS_DIFF = 0.8
+INT8_MIN_SPEARMAN = 0.9
+# Dynamic int8's batch effect on these pairs (singles vs batches of 64): measured 0.10.
+INT8_MAX_BATCH_EFFECT = 0.2
+
+
+def spearman(left: np.ndarray, right: np.ndarray) -> float:
+    ranks = [np.argsort(np.argsort(values)) for values in (left, right)]
+    return float(np.corrcoef(*ranks)[0, 1])
+
+
+def test_opt_matches_fp32(tiny_model_dir: Path, fp32: Reranker) -> None:
+    opt = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="opt")
+    assert opt.device_info.variant == "opt"
     pairs = [(QUERY, document) for document in DOCUMENTS]
-    reference, actual = fp32.score(pairs), variant.score(pairs)
-    recorded = variant.spec.variants[precision].fidelity["max_abs_diff"]
-    # The export measured this variant against PyTorch on the validation set; on these pairs
-    # it must not be worse than twice that (plus fp32 noise).
-    assert np.abs(actual - reference).max() <= 2 * recorded + 1e-4
+    assert np.abs(opt.score(pairs) - fp32.score(pairs)).max() <= OPT_MAX_ABS_DIFF
 
 
-def test_cpu_auto_precision_prefers_int8(tiny_model_dir: Path) -> None:
-    reranker = Reranker.from_dir(tiny_model_dir, device="cpu")
+def test_int8_stays_close_to_fp32(tiny_model_dir: Path, fp32: Reranker) -> None:
+    int8 = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8")
+    assert int8.device_info.variant == "int8"
+    pairs = [(QUERY, document) for document in DOCUMENTS] + [
+        (query, document) for query in ("heat transfer", "wing flutter") for document in DOCUMENTS]
+    reference, actual = fp32.score(pairs), int8.score(pairs)
+    assert np.abs(actual - reference).max() <= INT8_MAX_ABS_DIFF
+    assert spearman(actual, reference) >= INT8_MIN_SPEARMAN
+
+
+def test_cpu_auto_precision_of_onnxruntime_is_int8(tiny_model_dir: Path) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime")
     info = reranker.device_info
     assert (info.device, info.provider, info.variant) == ("cpu", "CPUExecutionProvider", "int8")
     assert info.model_file.endswith(reranker.spec.variants["int8"].file)
@@ -86,27 +106,23 @@ def test_scores_do_not_depend_on_batching(
 ) -> None:
     pairs = [(QUERY, document) for document in DOCUMENTS] * 3
     batched = Reranker.from_dir(
-        tiny_model_dir, device="cpu", precision="fp32",
+        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32",
         max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
     )
     # fp32 kernels differ slightly by batch shape (blocking of the GEMMs); 1e-5 covers it.
     np.testing.assert_allclose(batched.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
 
 
-def test_int8_is_deterministic_and_its_batch_effect_stays_within_the_export_measure(
-    tiny_model_dir: Path,
-) -> None:
+def test_int8_is_deterministic_and_its_batch_effect_is_bounded(tiny_model_dir: Path) -> None:
     # Dynamic int8 picks its activation scales per batch, so batch mates move a score; the export
     # measures that effect (singles vs batches of 64) and records it in the manifest.
     pairs = [(QUERY, document) for document in DOCUMENTS] * 3
-    alone = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", max_batch_size=1)
-    together = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", max_batch_size=64)
-    measured = together.spec.variants["int8"].fidelity["batch_1_vs_64_max_abs_diff"]
+    alone = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8", max_batch_size=1)
+    together = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8", max_batch_size=64)
     np.testing.assert_array_equal(together.score(pairs), together.score(pairs))
     difference = float(np.abs(alone.score(pairs) - together.score(pairs)).max())
-    assert difference <= 1.5 * measured, (
-        f"int8 batch effect {difference:.4f} on the tiny model exceeds 1.5x the export's "
-        f"measurement {measured:.4f}"
+    assert difference <= INT8_MAX_BATCH_EFFECT, (
+        f"int8 batch effect {difference:.4f} on the tiny model exceeds {INT8_MAX_BATCH_EFFECT}"
     )
 
 
@@ -115,7 +131,7 @@ def test_sorting_and_padding_options_do_not_change_scores(
 ) -> None:
     pairs = [(QUERY, document) for document in DOCUMENTS]
     padded = Reranker.from_dir(
-        tiny_model_dir, device="cpu", precision="fp32", sort_by_length=False, pad_to_multiple=512,
+        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", sort_by_length=False, pad_to_multiple=512,
         max_batch_tokens=512 * 32, max_batch_size=32,
     )
     np.testing.assert_allclose(padded.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
@@ -191,7 +207,7 @@ def test_concurrent_calls_give_single_threaded_scores(fp32: Reranker) -> None:
 
 def test_max_chunk_finds_the_best_window(tiny_model_dir: Path, fp32: Reranker) -> None:
     chunked = Reranker.from_dir(
-        tiny_model_dir, device="cpu", precision="fp32", long_documents="max_chunk",
+        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", long_documents="max_chunk",
         window_tokens=32, window_overlap_tokens=8,
     )
     long_document = " ".join(DOCUMENTS[:2] + DOCUMENTS[3:4] + DOCUMENTS[6:]) * 4
@@ -219,7 +235,7 @@ def test_max_chunk_finds_the_best_window(tiny_model_dir: Path, fp32: Reranker) -
 def test_deadline_scores_in_retrieval_order_and_stops(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", max_batch_size=2)
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", max_batch_size=2)
     documents = DOCUMENTS[:6]
 
     class FakeClock:
@@ -247,9 +263,9 @@ def test_generous_deadline_equals_plain_rerank(fp32: Reranker) -> None:
 
 
 def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: Reranker) -> None:
-    cached = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", cache_size=100)
+    cached = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", cache_size=100)
     calls = {"encode": 0, "run": 0}
-    encode, run = cached._encoder.encode, cached._model.run
+    encode, run = cached._encoder.encode, cached._runner.run
 
     def counting_encode(pairs):  # type: ignore[no-untyped-def]
         calls["encode"] += 1
@@ -260,7 +276,7 @@ def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: 
         return run(batch)
 
     cached._encoder.encode = counting_encode  # type: ignore[method-assign]
-    cached._model.run = counting_run  # type: ignore[method-assign]
+    cached._runner.run = counting_run  # type: ignore[method-assign]
     pairs = [(QUERY, document) for document in DOCUMENTS]
     first = cached.score(pairs)
     assert calls["encode"] == 1 and calls["run"] >= 1
@@ -275,11 +291,11 @@ def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: 
 
 
 def test_cache_keys_are_unambiguous(tiny_model_dir: Path) -> None:
-    cached = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", cache_size=2)
+    cached = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", cache_size=2)
     assert cached._cache is not None
     assert cached._cache.key("ab", "c") != cached._cache.key("a", "bc")
     scores = cached.score([("ab", "c"), ("a", "bc")])
-    fresh = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32")
+    fresh = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32")
     np.testing.assert_allclose(scores, fresh.score([("ab", "c"), ("a", "bc")]), atol=1e-6)
     cached.score([("x", "1"), ("y", "2"), ("z", "3")])
     assert len(cached._cache) == 2  # LRU capacity holds
@@ -289,7 +305,7 @@ def test_fallback_on_inference_error(fp32: Reranker, monkeypatch: pytest.MonkeyP
     def broken_run(batch):  # type: ignore[no-untyped-def]
         raise InferenceError("simulated failure")
 
-    monkeypatch.setattr(fp32._model, "run", broken_run)
+    monkeypatch.setattr(fp32._runner, "run", broken_run)
     with pytest.raises(InferenceError, match="simulated failure"):
         fp32.rerank(QUERY, DOCUMENTS)
     ranked = fp32.rerank(QUERY, DOCUMENTS, on_error="fallback", top_k=3)
@@ -302,7 +318,7 @@ def test_nan_scores_raise_inference_error(fp32: Reranker, monkeypatch: pytest.Mo
     def nan_run(batch):  # type: ignore[no-untyped-def]
         return np.full((batch["input_ids"].shape[0], 1), np.nan, dtype=np.float32)
 
-    monkeypatch.setattr(fp32._model, "run", nan_run)
+    monkeypatch.setattr(fp32._runner, "run", nan_run)
     with pytest.raises(InferenceError, match=r"produced a non-finite score \(nan\) for input pair"):
         fp32.rerank(QUERY, DOCUMENTS)
 
@@ -333,13 +349,61 @@ def test_bad_documents_are_rejected(fp32: Reranker) -> None:
 def test_bad_options_are_rejected(tiny_model_dir: Path, fp32: Reranker) -> None:
     with pytest.raises(ValueError, match=re.escape("top_k must be a positive int or None, got 0")):
         fp32.rerank(QUERY, DOCUMENTS, top_k=0)
-    with pytest.raises(ValueError, match=re.escape("activation must be 'sigmoid' or 'none', got 'tanh'")):
+    with pytest.raises(ValueError, match=re.escape(
+        "activation must be None (the model's own), 'sigmoid' or 'none', got 'tanh'")):
         fp32.rerank(QUERY, DOCUMENTS, activation="tanh")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=re.escape(
         "max_batch_tokens=100 must be >= max_length=512 so that one full-length row fits in a batch"
     )):
         Reranker.from_dir(tiny_model_dir, device="cpu", max_batch_tokens=100)
     with pytest.raises(ValueError, match=re.escape(
-        "long_documents must be 'truncate' or 'max_chunk', got 'split'"
+        "long_documents must be one of 'truncate', 'max_chunk', got 'split'"
     )):
         Reranker.from_dir(tiny_model_dir, long_documents="split")  # type: ignore[arg-type]
+
+
+def test_max_length_override_truncates_like_the_reference(
+    tiny_model_dir: Path, tiny_checkpoint_dir: Path
+) -> None:
+    short = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                              precision="fp32", max_length=32)
+    assert short.config.max_length == 32
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    np.testing.assert_allclose(short.score(pairs), torch_reference(tiny_checkpoint_dir, pairs, 32),
+                               atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=re.escape(
+        f"max_length=1024 exceeds the model's max_length=512 ({tiny_model_dir / 'manifest.json'})"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", max_length=1024)
+
+
+def test_activation_comes_from_the_manifest(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    raw_dir = tmp_path / "raw"
+    shutil.copytree(tiny_model_dir, raw_dir, ignore=shutil.ignore_patterns("checkpoint"))
+    manifest = json.loads((raw_dir / "manifest.json").read_text())
+    assert manifest["activation"] == "sigmoid"
+    manifest["activation"] = "none"
+    (raw_dir / "manifest.json").write_text(json.dumps(manifest))
+    options = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32"}
+    sigmoid, raw = Reranker.from_dir(tiny_model_dir, **options), Reranker.from_dir(raw_dir, **options)
+    logits = sigmoid.score([(QUERY, document) for document in DOCUMENTS])
+    by_index = {doc.index: doc.score for doc in raw.rerank(QUERY, DOCUMENTS)}
+    np.testing.assert_allclose([by_index[i] for i in range(len(DOCUMENTS))], logits, atol=1e-6)
+    by_index = {doc.index: doc.score for doc in sigmoid.rerank(QUERY, DOCUMENTS)}
+    np.testing.assert_allclose([by_index[i] for i in range(len(DOCUMENTS))],
+                               1 / (1 + np.exp(-logits.astype(np.float64))), atol=1e-6)
+
+
+def test_score_detailed_reports_what_ran(fp32: Reranker) -> None:
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    run = fp32.score_detailed(pairs)
+    np.testing.assert_array_equal(run.scores, fp32.score(pairs))
+    encoded = fp32.tokenizer.encode_batch(
+        [(QUERY, document) for document in DOCUMENTS])
+    expected = [min(len(encoding.ids), fp32.config.max_length) for encoding in encoded]
+    np.testing.assert_array_equal(run.token_counts, expected)
+    assert sum(rows for rows, _ in run.batches) == len(pairs)
+    assert all(length % fp32.config.pad_to_multiple == 0 for _, length in run.batches)

@@ -1,0 +1,1 @@
+"""Inference runtimes behind one interface: one module per backend (see base.Backend)."""

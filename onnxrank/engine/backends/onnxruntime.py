@@ -1,0 +1,104 @@
+"""onnxruntime: the CPU execution provider, and the CUDA provider with IO binding."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from onnxrank.engine.backends.base import Backend, DeviceInfo, ModelRunner
+from onnxrank.engine.devices import CPU_PROVIDER, CUDA_PROVIDER, cuda_missing_message
+from onnxrank.errors import DeviceUnavailableError, InferenceError, ModelLoadError
+from onnxrank.types import Device
+
+logger = logging.getLogger(__name__)
+
+# onnxruntime's session construction is not documented as thread-safe with respect to provider
+# registration; one lock keeps concurrent model loading simple.
+_build_lock = threading.Lock()
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """Session options used for every onnxruntime model (docs/engine.md has the measurements)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+class OnnxruntimeRunner(ModelRunner):
+    """An onnxruntime session; session.run is thread-safe."""
+
+    def __init__(self, session: ort.InferenceSession, info: DeviceInfo) -> None:
+        self.session = session
+        self.info = info
+        self.input_names = tuple(node.name for node in session.get_inputs())
+        self.output_name = session.get_outputs()[0].name
+        self.check_inputs()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        declared = {name: feeds[name] for name in self.input_names}
+        try:
+            if self.info.device == Device.CUDA.value:
+                return self._run_with_io_binding(declared)
+            return self.session.run([self.output_name], declared)[0]
+        except Exception as err:  # onnxruntime raises its own untyped errors
+            raise InferenceError(f"onnxruntime failed on {self.info.model_file}: {err}") from err
+
+    def _run_with_io_binding(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        # IO binding copies inputs to the GPU once and lets onnxruntime allocate the output on the
+        # device, avoiding the extra host round trips of session.run.
+        binding = self.session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, array)
+        binding.bind_output(self.output_name, "cuda")
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+class OnnxruntimeBackend(Backend):
+    """onnxruntime's CPU and CUDA execution providers on the .onnx variants."""
+
+    name = "onnxruntime"
+    variants = {"fp32": "fp32", "opt": "opt", "int8": "int8", "fp16": "fp16"}
+    # int8 is CPU-only: the CUDA provider lacks int8 kernels for most ops, so CUDA never picks it.
+    preference = {Device.CPU: ("int8", "opt", "fp32"), Device.CUDA: ("fp16", "opt", "fp32")}
+
+    def unavailable_reason(self, device: Device, precision: str) -> str | None:
+        if precision not in self.variants:
+            return (f"onnxruntime runs precisions {', '.join(self.variants)}, not {precision!r} "
+                    "(bf16 runs on backend='openvino')")
+        if device is Device.CUDA and precision == "int8":
+            return "precision='int8' is CPU-only; on CUDA use 'fp16', 'opt' or 'fp32'"
+        if device is Device.CUDA and CUDA_PROVIDER not in ort.get_available_providers():
+            return cuda_missing_message(ort.get_available_providers())
+        return None
+
+    def open(self, path: Path, *, device: Device, precision: str, variant: str,
+             threads: int) -> ModelRunner:
+        providers = [CUDA_PROVIDER, CPU_PROVIDER] if device is Device.CUDA else [CPU_PROVIDER]
+        with _build_lock:
+            try:
+                session = ort.InferenceSession(str(path), sess_options=session_options(threads),
+                                               providers=providers)
+            except Exception as err:  # onnxruntime raises its own untyped errors
+                raise ModelLoadError(f"could not load {path}: {err}") from err
+        attached = session.get_providers()
+        if device is Device.CUDA and CUDA_PROVIDER not in attached:
+            raise DeviceUnavailableError(
+                f"CUDAExecutionProvider is installed but did not attach to {path} "
+                f"(session providers: {', '.join(attached)}); the usual cause is missing or "
+                "mismatched CUDA/cuDNN libraries."
+            )
+        info = DeviceInfo(
+            device=device.value, backend=self.name, provider=attached[0], variant=variant,
+            precision="fp32" if precision == "opt" else precision, model_file=str(path),
+            runtime_version=ort.__version__, threads=threads,
+        )
+        return OnnxruntimeRunner(session, info)

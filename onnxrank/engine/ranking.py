@@ -1,0 +1,91 @@
+"""Ranked results: the activation, top-k selection and the retrieval-order fallback."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from onnxrank.types import Scores
+
+
+@dataclass(frozen=True, slots=True)
+class RankedDocument:
+    """One reranked document.
+
+    Attributes:
+        index: Position of the document in the input list.
+        score: Relevance score (after the activation), or the retrieval-order placeholder NaN
+            when `reranked` is False.
+        text: The document text.
+        reranked: False when the document kept its retrieval position unscored (deadline
+            reached or fallback after an error).
+        span: With ``long_documents="max_chunk"``, the character span [start, end) of the window
+            that earned the score; None otherwise.
+    """
+
+    index: int
+    score: float
+    text: str
+    reranked: bool = True
+    span: tuple[int, int] | None = None
+
+
+def activate(logits: NDArray[np.floating], activation: str) -> NDArray[np.float64]:
+    """Apply an activation to relevance logits.
+
+    1. ``sigmoid``: maps to (0, 1), computed with tanh so large logits cannot overflow.
+    2. ``none`` (and ``softmax``, which on one logit per pair would make every score 1):
+       the logits unchanged.
+    """
+    values = np.asarray(logits, dtype=np.float64)
+    if activation == "sigmoid":
+        return 0.5 * (1.0 + np.tanh(0.5 * values))
+    return values
+
+
+def fallback_ranking(documents: Sequence[str], *, top_k: int | None = None) -> list[RankedDocument]:
+    """Documents in their retrieval order, unscored (``reranked=False``, score NaN).
+
+    This is the graceful-degradation path for retrieval pipelines: use it when the model failed
+    to load (catch ModelLoadError), and ``rerank(..., on_error="fallback")`` uses it when a batch
+    fails.
+    """
+    ranked = [
+        RankedDocument(index=index, score=math.nan, text=text, reranked=False)
+        for index, text in enumerate(documents)
+    ]
+    return ranked if top_k is None else ranked[:top_k]
+
+
+def rank(
+    documents: list[str], scores: NDArray[np.float64] | Scores, spans: list[tuple[int, int] | None],
+    scored: NDArray[np.bool_], *, top_k: int | None,
+) -> list[RankedDocument]:
+    """Sort scored documents best first (ties by input order); unscored ones follow in order."""
+    scored_indices = np.flatnonzero(scored)
+    values = np.asarray(scores, dtype=np.float64)[scored_indices]
+    keep = len(scored_indices) if top_k is None else min(top_k, len(scored_indices))
+    if keep < len(scored_indices):
+        # argpartition is O(n): only the k survivors get sorted.
+        candidates = np.argpartition(-values, keep - 1)[:keep]
+        # ties at the cut must still prefer the earlier input: widen to all equal values
+        threshold = values[candidates].min()
+        candidates = np.flatnonzero(values >= threshold)
+    else:
+        candidates = np.arange(len(scored_indices))
+    # lexsort: primary key -score, secondary key input index (stable tie-break)
+    order = candidates[np.lexsort((scored_indices[candidates], -values[candidates]))][:keep]
+    ranked = [
+        RankedDocument(index=int(scored_indices[position]), score=float(values[position]),
+                       text=documents[scored_indices[position]],
+                       span=spans[scored_indices[position]])
+        for position in order
+    ]
+    if top_k is None or len(ranked) < top_k:
+        unscored = fallback_ranking(documents)
+        ranked += [unscored[index] for index in np.flatnonzero(~scored)]
+    return ranked if top_k is None else ranked[:top_k]

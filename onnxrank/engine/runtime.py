@@ -1,0 +1,362 @@
+"""The one runtime layer under every inference path (reranker, embedder, export validation, bench).
+
+`load_model` resolves a model directory once, verifies its hashes once, chooses the backend and
+variant (probing the candidates on first use and caching the choice per machine), builds the
+runner and returns it with the tokenizer. `pad_rows` turns encoded rows into model inputs, and
+`open_model_file` opens a bare file (export validation) through the same backends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from onnxrank.engine.backends.base import Backend, ModelRunner
+from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
+from onnxrank.engine.backends.openvino import OpenvinoBackend
+from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
+from onnxrank.engine.spec import ModelSpec, Task, load_model_spec, verify_files
+from onnxrank.engine.tokenize import EncodedRow, PairEncoder, load_tokenizer
+from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+from onnxrank.types import Device
+
+logger = logging.getLogger(__name__)
+
+BACKENDS: dict[str, Backend] = {
+    backend.name: backend for backend in (OnnxruntimeBackend(), OpenvinoBackend())
+}
+# The fidelity record of OpenVINO bf16, which runs model.onnx and so has no variant of its own.
+BF16_FIDELITY_KEY = "openvino_bf16"
+# The probe times one batch of 16 real pairs cut to 128 tokens (rerank candidates are mostly
+# passages of this size), best of 2 runs after a warm-up: about 0.1-0.3 s per candidate here.
+PROBE_PAIRS = 16
+PROBE_MAX_TOKENS = 128
+PROBE_RUNS = 2
+CHOICE_CACHE_FILE = "runtime_choices.json"
+
+
+def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = "models") -> Path:
+    """The model directory for a name or a path.
+
+    1. ``models_dir/name`` when it holds a manifest.json.
+    2. `name_or_path` itself when it holds a manifest.json.
+
+    Raises:
+        ModelLoadError: Neither location holds an exported model.
+    """
+    for candidate in (Path(models_dir) / str(name_or_path), Path(name_or_path)):
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    named = Path(models_dir) / str(name_or_path)
+    raise ModelLoadError(
+        f"no exported model named {str(name_or_path)!r} in {Path(models_dir).resolve()} and no "
+        f"model directory at {Path(name_or_path).resolve()}; export one with "
+        f"`onnxrank export --model {name_or_path} --out {named}`"
+    )
+
+
+def pad_rows(rows: Sequence[EncodedRow], pad_token_id: int,
+             padded_length: int | None = None) -> dict[str, np.ndarray]:
+    """Right-padded int64 input_ids / attention_mask / token_type_ids for rows of one batch.
+
+    Args:
+        rows: Encoded rows, in batch order.
+        pad_token_id: The tokenizer's padding id.
+        padded_length: Columns of the batch; None = the longest row.
+    """
+    length = padded_length or max(len(row.ids) for row in rows)
+    input_ids = np.full((len(rows), length), pad_token_id, dtype=np.int64)
+    type_ids = np.zeros((len(rows), length), dtype=np.int64)
+    attention_mask = np.zeros((len(rows), length), dtype=np.int64)
+    for position, row in enumerate(rows):
+        size = len(row.ids)
+        input_ids[position, :size] = row.ids
+        type_ids[position, :size] = row.type_ids
+        attention_mask[position, :size] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": type_ids}
+
+
+def open_model_file(path: str | Path, *, backend: str = "onnxruntime", device: Device | str = "cpu",
+                    precision: str = "fp32", threads: int | None = None) -> ModelRunner:
+    """Open one model file through a backend, as the engine would (export validation, studies).
+
+    Raises:
+        ValueError: Unknown backend, or the backend cannot run `precision` on `device` here.
+        ModelLoadError: The file cannot be loaded.
+    """
+    runtime = _backend(backend)
+    resolved = resolve_device(device, ort.get_available_providers())
+    reason = runtime.unavailable_reason(resolved, precision)
+    if reason is not None:
+        raise ValueError(reason)
+    return runtime.open(Path(path), device=resolved, precision=precision,
+                        variant=Path(path).name, threads=threads or usable_cpus())
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One way to run a model: a backend, a precision and the manifest variant it runs."""
+
+    backend: str
+    precision: str
+    variant: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}/{self.precision}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model ready to run: its manifest, directory, runner and tokenizer (truncation off)."""
+
+    spec: ModelSpec
+    model_dir: Path
+    runner: ModelRunner
+    tokenizer: Tokenizer
+
+
+def load_model(path: str | Path, *, task: Task, config: EngineConfig,
+               choice_cache: Path | None = None) -> LoadedModel:
+    """Load an exported model directory for `task` with the engine settings in `config`.
+
+    Args:
+        path: Model directory written by `onnxrank export`.
+        task: "rerank" or "embedding": the manifest must say the same.
+        config: Device, backend, precision and threads are read here.
+        choice_cache: JSON file of probed choices; None = default_choice_cache().
+
+    Raises:
+        ModelLoadError: Missing, unreadable or modified files, or the wrong task.
+        DeviceUnavailableError: CUDA was requested and is unavailable.
+        ValueError: The requested backend or precision cannot run here (the message names
+            what can).
+    """
+    model_dir = Path(path)
+    spec = load_model_spec(model_dir)
+    if spec.task != task:
+        wanted = "a cross-encoder exported with --task rerank" if task == "rerank" else (
+            "an embedding model exported with --task embedding, such as models/minilm-embedder")
+        raise ModelLoadError(
+            f"{model_dir} holds a {spec.task!r} model, but this needs {wanted}"
+        )
+    device = resolve_device(config.device, ort.get_available_providers())
+    try:
+        return _load_on(spec, model_dir, device, config, choice_cache)
+    except DeviceUnavailableError as err:
+        if device is not Device.CUDA or Device(config.device) is Device.CUDA:
+            raise
+        logger.warning("%s Falling back to CPU because device='auto'.", err)
+        return _load_on(spec, model_dir, Device.CPU, config, choice_cache)
+
+
+def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineConfig,
+             choice_cache: Path | None) -> LoadedModel:
+    threads = config.threads or usable_cpus()
+    candidates = choose_candidates(spec, device, config.backend, config.precision)
+    verify_files(spec, model_dir, sorted({candidate.variant for candidate in candidates}))
+    tokenizer = load_tokenizer(spec, model_dir)
+    if len(candidates) == 1:
+        requested = config.backend != "auto" and config.precision != "auto"
+        runner = _open(spec, model_dir, candidates[0], device, threads).with_reason(
+            "requested" if requested else "the only validated candidate here")
+    else:
+        runner = _choose_by_probe(spec, model_dir, candidates, device, threads, tokenizer,
+                                  choice_cache or default_choice_cache())
+    logger.info("running %s with %s/%s on %s (%d threads): %s", spec.name, runner.info.backend,
+                runner.info.precision, runner.info.provider, threads, runner.info.reason)
+    return LoadedModel(spec, model_dir, runner, tokenizer)
+
+
+def choose_candidates(spec: ModelSpec, device: Device, backend: str,
+                      precision: str) -> list[Candidate]:
+    """The (backend, precision) pairs that may run `spec` on `device` for these settings.
+
+    1. Explicit backend and precision: that one, or ValueError naming what can run.
+    2. An ``auto`` setting: from every available backend, the first `auto_candidates` of its
+       `preference` that were exported and passed their fidelity gate; onnxruntime's CPU EP
+       needs nothing but the base install, so something always runs.
+
+    Raises:
+        ValueError: Unknown backend or precision, or nothing requested can run here.
+    """
+    names = list(BACKENDS) if backend == "auto" else [_backend(backend).name]
+    runnable: list[Candidate] = []
+    refusals: list[str] = []
+    for name in names:
+        runtime = BACKENDS[name]
+        precisions = runtime.preference.get(device, ()) if precision == "auto" else (precision,)
+        taken = 0
+        for wanted in precisions:
+            reason = runtime.unavailable_reason(device, wanted)
+            variant = runtime.variants.get(wanted, "")
+            if reason is None and variant not in spec.variants:
+                reason = f"variant {variant!r} was not exported (the model has: " \
+                         f"{', '.join(spec.variants)})"
+            if reason is None and precision == "auto" and not passed_gate(spec, name, wanted):
+                reason = f"{name}/{wanted} has no passing fidelity record in the manifest"
+            if reason is not None:
+                refusals.append(f"{name}/{wanted}: {reason}")
+                continue
+            runnable.append(Candidate(name, wanted, variant))
+            taken += 1
+            if precision == "auto" and taken == runtime.auto_candidates:
+                break
+    if not runnable:
+        raise ValueError(
+            f"nothing can run model {spec.name!r} with backend={backend!r}, "
+            f"precision={precision!r} on {device.value}: " + "; ".join(refusals)
+            + f". Available backends: {', '.join(available_backends(device))}"
+        )
+    return runnable
+
+
+def passed_gate(spec: ModelSpec, backend: str, precision: str) -> bool:
+    """True when the export validated this way of running the model and it passed.
+
+    Variants in the manifest passed (the export refuses failing ones); OpenVINO bf16 runs
+    model.onnx and has its own record under the fp32 variant's fidelity.
+    """
+    if backend == "openvino" and precision == "bf16":
+        record = spec.variants["fp32"].fidelity.get(BF16_FIDELITY_KEY, {})
+        return bool(record.get("passed"))
+    return True
+
+
+def available_backends(device: Device) -> list[str]:
+    """Backends that can run something on `device` here."""
+    return [name for name, runtime in BACKENDS.items()
+            if any(runtime.unavailable_reason(device, p) is None
+                   for p in runtime.preference.get(device, ()))]
+
+
+def default_choice_cache() -> Path:
+    """Where probed choices are kept: $XDG_CACHE_HOME/onnxrank (else ~/.cache/onnxrank)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "onnxrank" / CHOICE_CACHE_FILE
+
+
+def machine_fingerprint(threads: int) -> dict[str, str]:
+    """What makes a speed measurement valid: CPU, threads and runtime versions."""
+    fingerprint = {"cpu": cpu_model(), "threads": str(threads), "onnxruntime": ort.__version__}
+    try:
+        import openvino
+
+        fingerprint["openvino"] = openvino.__version__
+    except ImportError:
+        fingerprint["openvino"] = "not installed"
+    return fingerprint
+
+
+def _choice_key(spec: ModelSpec, device: Device, candidates: list[Candidate],
+                fingerprint: dict[str, str]) -> str:
+    material = json.dumps([spec.manifest_hash(), device.value,
+                           [candidate.label for candidate in candidates], fingerprint],
+                          sort_keys=True)
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+_cache_lock = threading.Lock()
+
+
+def _read_choices(path: Path) -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_choice(path: Path, key: str, entry: dict[str, object]) -> None:
+    with _cache_lock:
+        choices = _read_choices(path)
+        choices[key] = entry
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_text(json.dumps(choices, indent=2, sort_keys=True) + "\n",
+                               encoding="utf-8")
+            os.replace(partial, path)
+        except OSError as err:  # a read-only home must not stop inference
+            logger.warning("could not cache the runtime choice in %s: %s", path, err)
+
+
+def _choose_by_probe(spec: ModelSpec, model_dir: Path, candidates: list[Candidate],
+                     device: Device, threads: int, tokenizer: Tokenizer,
+                     cache: Path) -> ModelRunner:
+    """Open the cached choice for this machine, or time every candidate and cache the fastest."""
+    fingerprint = machine_fingerprint(threads)
+    key = _choice_key(spec, device, candidates, fingerprint)
+    cached = _read_choices(cache).get(key)
+    by_label = {candidate.label: candidate for candidate in candidates}
+    if cached is not None and cached.get("choice") in by_label:
+        return _open(spec, model_dir, by_label[str(cached["choice"])], device, threads).with_reason(
+            f"fastest of {', '.join(by_label)} when probed on this machine at "
+            f"{cached.get('measured_at')} (cached in {cache})")
+    feeds = _probe_feeds(spec, tokenizer)
+    timings: dict[str, float] = {}
+    runners: dict[str, ModelRunner] = {}
+    for candidate in candidates:
+        runner = _open(spec, model_dir, candidate, device, threads)
+        runner.run(feeds)  # warm-up: first runs allocate and compile kernels
+        best = float("inf")
+        for _ in range(PROBE_RUNS):
+            started = time.perf_counter()
+            runner.run(feeds)
+            best = min(best, time.perf_counter() - started)
+        timings[candidate.label] = best * 1000
+        runners[candidate.label] = runner
+    choice = min(timings, key=timings.__getitem__)
+    measured = ", ".join(f"{label} {ms:.1f} ms" for label, ms in timings.items())
+    _write_choice(cache, key, {
+        "choice": choice, "probe_ms": timings, "model": spec.name, "fingerprint": fingerprint,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+    return runners[choice].with_reason(
+        f"fastest when probed now ({measured}; {PROBE_PAIRS} validation pairs of at most "
+        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_RUNS}); cached in {cache}")
+
+
+def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+    """One batch of real text: the first shipped validation pairs, encoded for the model's task."""
+    text = resources.files("onnxrank.data").joinpath("validation_pairs.jsonl").read_text("utf-8")
+    records = [json.loads(line) for line in text.splitlines()[:PROBE_PAIRS]]
+    if spec.task == "rerank":
+        rows = PairEncoder(tokenizer, min(PROBE_MAX_TOKENS, spec.max_length)).encode(
+            [(record["query"], record["passage"]) for record in records])
+    else:
+        single = Tokenizer.from_str(tokenizer.to_str())
+        single.enable_truncation(min(PROBE_MAX_TOKENS, spec.max_length))
+        rows = [EncodedRow(np.asarray(e.ids, np.int64), np.asarray(e.type_ids, np.int64), i)
+                for i, e in enumerate(single.encode_batch([r["passage"] for r in records]))]
+    return pad_rows(rows, spec.pad_token_id)
+
+
+def _open(spec: ModelSpec, model_dir: Path, candidate: Candidate, device: Device,
+          threads: int) -> ModelRunner:
+    path = model_dir / spec.variants[candidate.variant].file
+    return BACKENDS[candidate.backend].open(path, device=device, precision=candidate.precision,
+                                            variant=candidate.variant, threads=threads)
+
+
+def _backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError as err:
+        raise ValueError(
+            f"backend must be one of 'auto', {', '.join(repr(n) for n in BACKENDS)}, got {name!r}"
+        ) from err

@@ -1,0 +1,152 @@
+"""The docs say what the code does: every shown command parses, every named variable is read,
+every table of numbers names the command that produced it, and the console script runs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from onnxrank.cli import build_parser
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DOCS = sorted([REPOSITORY / "README.md", *(REPOSITORY / "docs").glob("*.md")])
+FENCE = re.compile(r"^```")
+INLINE_COMMAND = re.compile(r"`(onnxrank [^`]+)`")
+ENV_VARIABLE = re.compile(r"\bONNXRANK_[A-Z0-9_]+\b")
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+# a table is sourced when a command, or a pointer to the run that produced it, is close by
+SOURCE = re.compile(r"`(onnxrank |python |pytest |bash |curl )|\bcommand\b|measured (by|with)",
+                    re.IGNORECASE)
+SOURCE_WINDOW = 8
+
+
+def command_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, command) for each `onnxrank ...` command in code blocks and inline code."""
+    commands: list[tuple[int, str]] = []
+    in_block = False
+    pending = ""
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            in_block = not in_block
+            continue
+        if in_block:
+            stripped = line.split(" #")[0].strip()
+            if pending:
+                pending += " " + stripped
+            elif stripped.startswith("onnxrank ") or stripped == "onnxrank":
+                pending, start = stripped, number
+            else:
+                continue
+            if pending.endswith("\\"):
+                pending = pending[:-1].strip()
+                continue
+            commands.append((start, pending))
+            pending = ""
+            continue
+        commands.extend((number, match) for match in INLINE_COMMAND.findall(line))
+    return commands
+
+
+def all_commands() -> list[tuple[str, int, str]]:
+    return [(path.relative_to(REPOSITORY).as_posix(), number, command)
+            for path in DOCS for number, command in command_lines(path.read_text("utf-8"))]
+
+
+def env_twins(parser: argparse.ArgumentParser) -> set[str]:
+    """Every ONNXRANK_* name the parser's help texts announce."""
+    names: set[str] = set()
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        for action in current._actions:
+            names.update(ENV_VARIABLE.findall(action.help or ""))
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+    return names
+
+
+@pytest.mark.parametrize(("doc", "line", "command"), all_commands())
+def test_documented_command_parses(doc: str, line: int, command: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # a documented command must not depend on the reader's environment
+    for name in [name for name in __import__("os").environ if name.startswith("ONNXRANK_")]:
+        monkeypatch.delenv(name)
+    argv = shlex.split(command)[1:]
+    if "|" in argv:  # a pipe into another program: only the onnxrank part is ours
+        argv = argv[: argv.index("|")]
+    parser = build_parser()
+    try:
+        parser.parse_args(argv)
+    except SystemExit as exit_:
+        assert exit_.code == 0, f"{doc}:{line}: `{command}` does not parse (exit {exit_.code})"
+
+
+def test_docs_name_only_variables_the_code_reads() -> None:
+    announced = env_twins(build_parser())
+    source = "\n".join(path.read_text("utf-8") for path in (REPOSITORY / "onnxrank").rglob("*.py"))
+    unknown = []
+    for path in DOCS:
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            for name in ENV_VARIABLE.findall(line):
+                if name not in announced and name not in source:
+                    unknown.append(f"{path.relative_to(REPOSITORY)}:{number}: {name}")
+    assert not unknown, "docs name environment variables no code reads:\n" + "\n".join(unknown)
+
+
+def numeric_tables(text: str) -> list[tuple[int, int]]:
+    """(first line, last line) of each markdown table with a number in a body cell."""
+    lines = text.splitlines()
+    tables, start = [], None
+    for index, line in enumerate([*lines, ""]):
+        if TABLE_ROW.match(line):
+            start = index if start is None else start
+            continue
+        if start is not None:
+            body = lines[start + 2:index]
+            if any(re.search(r"\d", cell) for row in body for cell in row.split("|")[2:]):
+                tables.append((start, index - 1))
+            start = None
+    return tables
+
+
+def test_every_table_of_numbers_names_its_source() -> None:
+    unsourced = []
+    for path in DOCS:
+        lines = path.read_text("utf-8").splitlines()
+        for first, last in numeric_tables("\n".join(lines)):
+            window = lines[max(0, first - SOURCE_WINDOW):first] + lines[last + 1:last + 4]
+            if not any(SOURCE.search(line) for line in window):
+                unsourced.append(f"{path.relative_to(REPOSITORY)}:{first + 1}")
+    assert not unsourced, (
+        "tables of numbers with no command or source within "
+        f"{SOURCE_WINDOW} lines above or 3 below:\n" + "\n".join(unsourced))
+
+
+def test_the_checker_catches_what_it_is_for() -> None:
+    """Lines like the two the docs once had (an unknown flag, an invalid value) fail to parse."""
+    parser = build_parser()
+    for argv in (["query", "x", "--index", "i", "--max-batch-tokenz", "8"],
+                 ["bench", "--scenarios", "everything"]):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+
+
+def test_console_script_runs() -> None:
+    script = shutil.which("onnxrank") or str(Path(sys.executable).parent / "onnxrank")
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    for command in ("export", "index", "query", "eval", "bench", "serve", "score", "diagnose"):
+        assert f"    {command}" in result.stdout, f"`{command}` missing from onnxrank --help"
+    result = subprocess.run([script, "query"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 2 and "the following arguments are required" in result.stderr

@@ -1,0 +1,187 @@
+"""The runtime layer: backend and precision choice, the probe cache, OpenVINO vs onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank import Device, Reranker
+from onnxrank.engine import runtime
+from onnxrank.engine.backends import openvino as openvino_backend
+from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.runtime import (
+    BF16_FIDELITY_KEY,
+    choose_candidates,
+    load_model,
+    pad_rows,
+    resolve_model_dir,
+)
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.tokenize import EncodedRow
+from onnxrank.errors import ModelLoadError
+
+PAIRS = [("wing flutter", "flutter of a wing in a slipstream"), ("heat", "heat transfer in slabs"),
+         ("boundary layer", "the laminar boundary layer on a flat plate at zero incidence")]
+
+
+def labels(spec, backend: str = "auto", precision: str = "auto") -> list[str]:  # noqa: ANN001
+    return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)]
+
+
+def manifest_copy(model_dir: Path, tmp_path: Path, *, ov_int8: bool,
+                  bf16_passed: bool | None) -> Path:
+    """A copy of the model with or without the OpenVINO int8 variant and bf16 record."""
+    target = tmp_path / f"copy-{ov_int8}-{bf16_passed}"
+    shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("checkpoint"))
+    data = json.loads((target / "manifest.json").read_text())
+    if not ov_int8:
+        data["variants"].pop("ov_int8", None)
+    fidelity = data["variants"]["fp32"]["fidelity"]
+    fidelity.pop(BF16_FIDELITY_KEY, None)
+    if bf16_passed is not None:
+        fidelity[BF16_FIDELITY_KEY] = {"spearman": 0.999, "passed": bf16_passed}
+    (target / "manifest.json").write_text(json.dumps(data))
+    return target
+
+
+def test_openvino_f32_matches_onnxruntime_fp32(tiny_model_dir: Path) -> None:
+    openvino = Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino", precision="fp32")
+    onnxruntime = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                                    precision="fp32")
+    assert (openvino.device_info.backend, openvino.device_info.precision) == ("openvino", "fp32")
+    assert openvino.device_info.reason == "requested"
+    np.testing.assert_allclose(openvino.score(PAIRS), onnxruntime.score(PAIRS), atol=1e-4)
+
+
+def test_openvino_missing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
+    spec = load_model_spec(tiny_model_dir)
+    assert labels(spec) == ["onnxruntime/int8"]
+    with pytest.raises(ValueError, match=re.escape(
+        "nothing can run model 'tiny-reranker' with backend='openvino', precision='fp32' on cpu: "
+        "openvino/fp32: the openvino package is not installed (pip install \"onnxrank[openvino]\"). "
+        "Available backends: onnxruntime"
+    )):
+        choose_candidates(spec, Device.CPU, "openvino", "fp32")
+
+
+def test_bf16_needs_the_cpu(tiny_model_dir: Path, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=True, bf16_passed=True))
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "INT8"])
+    assert "openvino/bf16" not in labels(spec)
+    with pytest.raises(ValueError, match=re.escape(
+        "openvino/bf16: this CPU has no native bf16 (OpenVINO's CPU capabilities lack BF16)"
+    )):
+        choose_candidates(spec, Device.CPU, "openvino", "bf16")
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
+    # OpenVINO's int8 and bf16 both enter the probe (which wins depends on the CPU)
+    assert labels(spec) == ["onnxruntime/int8", "openvino/int8", "openvino/bf16"]
+
+
+def test_a_failed_or_missing_gate_keeps_a_precision_out_of_auto(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
+    failed = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=False,
+                                           bf16_passed=False))
+    unrecorded = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=False,
+                                               bf16_passed=None))
+    for spec in (failed, unrecorded):
+        assert "openvino/bf16" not in labels(spec)
+        # an explicit request still runs: the user chose it
+        assert labels(spec, "openvino", "bf16") == ["openvino/bf16"]
+    # a variant that was not exported (or was refused by the export gate) is not a candidate
+    assert "ov_int8" not in unrecorded.variants
+    with pytest.raises(ValueError, match=re.escape(
+        "openvino/int8: variant 'ov_int8' was not exported"
+    )):
+        choose_candidates(unrecorded, Device.CPU, "openvino", "int8")
+
+
+def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "choices.json"
+    config = EngineConfig(device="cpu", threads=1)
+    tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
+    first = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/int8 ")
+    entry = next(iter(json.loads(cache.read_text()).values()))
+    assert entry["choice"] == f"{first.runner.info.backend}/{first.runner.info.precision}"
+    assert entry["fingerprint"]["threads"] == "1"
+    again = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    assert again.runner.info.reason.startswith("fastest of onnxruntime/int8, openvino/fp32 when "
+                                               "probed on this machine at ")
+    assert (again.runner.info.backend, again.runner.info.precision) == (
+        first.runner.info.backend, first.runner.info.precision)
+    # the same cache file on another machine (another CPU model) is a miss: probe again
+    monkeypatch.setattr(runtime, "cpu_model", lambda: "Another CPU 9000")
+    elsewhere = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    assert elsewhere.runner.info.reason.startswith("fastest when probed now")
+    assert len(json.loads(cache.read_text())) == 2
+
+
+def test_explicit_choices_are_never_silently_replaced(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match=re.escape(
+        "onnxruntime/bf16: onnxruntime runs precisions fp32, opt, int8, fp16, not 'bf16' "
+        "(bf16 runs on backend='openvino')"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="bf16")
+    with pytest.raises(ValueError, match=re.escape(
+        "backend must be one of 'auto', 'onnxruntime', 'openvino', got 'tensorrt'"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", backend="tensorrt")
+
+
+def test_embedder_goes_through_the_same_layer(tiny_embedder_dir: Path) -> None:
+    from onnxrank.retrieval.embedder import Embedder
+
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"{tiny_embedder_dir} holds a 'embedding' model, but this needs a cross-encoder"
+    )):
+        Reranker.from_dir(tiny_embedder_dir, device="cpu")
+    openvino = Embedder.from_dir(tiny_embedder_dir, device="cpu", backend="openvino",
+                                 precision="fp32")
+    onnxruntime = Embedder.from_dir(tiny_embedder_dir, device="cpu", backend="onnxruntime",
+                                    precision="fp32")
+    texts = ["wing flutter", "heat transfer in slabs of finite thickness"]
+    np.testing.assert_allclose(openvino.embed(texts), onnxruntime.embed(texts), atol=1e-4)
+
+
+def test_pad_rows_right_pads() -> None:
+    rows = [EncodedRow(np.array([101, 7, 102]), np.array([0, 0, 0]), 0),
+            EncodedRow(np.array([101, 102]), np.array([0, 1]), 1)]
+    feeds = pad_rows(rows, pad_token_id=0, padded_length=4)
+    np.testing.assert_array_equal(feeds["input_ids"], [[101, 7, 102, 0], [101, 102, 0, 0]])
+    np.testing.assert_array_equal(feeds["attention_mask"], [[1, 1, 1, 0], [1, 1, 0, 0]])
+    np.testing.assert_array_equal(feeds["token_type_ids"], [[0, 0, 0, 0], [0, 1, 0, 0]])
+    assert {array.dtype for array in feeds.values()} == {np.dtype(np.int64)}
+
+
+def test_resolve_model_dir_prefers_the_models_dir(tiny_model_dir: Path, tmp_path: Path) -> None:
+    assert resolve_model_dir(tiny_model_dir.name, tiny_model_dir.parent) == tiny_model_dir.parent / \
+        tiny_model_dir.name
+    assert resolve_model_dir(tiny_model_dir, tmp_path) == tiny_model_dir
+    with pytest.raises(ModelLoadError, match=re.escape(
+        f"no exported model named 'nope' in {tmp_path.resolve()}"
+    )):
+        resolve_model_dir("nope", tmp_path)
+
+
+def test_engine_config_rejects_unknown_and_bad_options(tiny_model_dir: Path) -> None:
+    with pytest.raises(TypeError, match=re.escape("unknown engine options ['max_tokens']")):
+        Reranker.from_dir(tiny_model_dir, max_tokens=8)
+    with pytest.raises(ValueError, match=re.escape("max_batch_size must be >= 1, got 0")):
+        EngineConfig(max_batch_size=0)
+    with pytest.raises(ValueError, match=re.escape(
+        "long_documents must be one of 'truncate', 'max_chunk', got 'split'"
+    )):
+        EngineConfig(long_documents="split")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("threads must be an int or None, got '2'")):
+        EngineConfig(threads="2")  # type: ignore[arg-type]
