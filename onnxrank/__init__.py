@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from onnxrank.engine.ranking import RankedDocument
-from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval.hybrid import HybridRetriever
-from onnxrank.types import Device
+from onnxrank._telemetry import opt_out_of_dependency_telemetry
+
+opt_out_of_dependency_telemetry()  # before any dependency initialises (see onnxrank/_telemetry.py)
+
+from onnxrank.engine.ranking import RankedDocument  # noqa: E402
+from onnxrank.engine.reranker import Reranker  # noqa: E402
+from onnxrank.retrieval.hybrid import HybridRetriever  # noqa: E402
+from onnxrank.types import Device  # noqa: E402
 
 __version__ = "0.1.0"
 

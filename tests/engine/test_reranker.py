@@ -14,6 +14,8 @@ from onnxrank import RankedDocument, Reranker
 from onnxrank.engine.ranking import fallback_ranking
 from onnxrank.errors import InferenceError
 
+# onnxruntime's CPU EP named explicitly: with backend="auto" a machine probe picks the runtime
+ON_CPU = {"device": "cpu", "backend": "onnxruntime"}
 QUERY = "what similarity laws must be obeyed when constructing aeroelastic models"
 DOCUMENTS = [
     "experimental investigation of the aerodynamics of a wing in a slipstream .",
@@ -29,7 +31,7 @@ DOCUMENTS = [
 
 @pytest.fixture(scope="module")
 def fp32(tiny_model_dir: Path) -> Reranker:
-    return Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32")
+    return Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32")
 
 
 def torch_reference(checkpoint_dir: Path, pairs: list[tuple[str, str]], max_length: int) -> np.ndarray:
@@ -74,14 +76,14 @@ def spearman(left: np.ndarray, right: np.ndarray) -> float:
 
 
 def test_opt_matches_fp32(tiny_model_dir: Path, fp32: Reranker) -> None:
-    opt = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="opt")
+    opt = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="opt")
     assert opt.device_info.variant == "opt"
     pairs = [(QUERY, document) for document in DOCUMENTS]
     assert np.abs(opt.score(pairs) - fp32.score(pairs)).max() <= OPT_MAX_ABS_DIFF
 
 
 def test_int8_stays_close_to_fp32(tiny_model_dir: Path, fp32: Reranker) -> None:
-    int8 = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8")
+    int8 = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="int8")
     assert int8.device_info.variant == "int8"
     pairs = [(QUERY, document) for document in DOCUMENTS] + [
         (query, document) for query in ("heat transfer", "wing flutter") for document in DOCUMENTS]
@@ -106,7 +108,7 @@ def test_scores_do_not_depend_on_batching(
 ) -> None:
     pairs = [(QUERY, document) for document in DOCUMENTS] * 3
     batched = Reranker.from_dir(
-        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32",
+        tiny_model_dir, **ON_CPU, precision="fp32",
         max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
     )
     # fp32 kernels differ slightly by batch shape (blocking of the GEMMs); 1e-5 covers it.
@@ -117,8 +119,8 @@ def test_int8_is_deterministic_and_its_batch_effect_is_bounded(tiny_model_dir: P
     # Dynamic int8 picks its activation scales per batch, so batch mates move a score; the export
     # measures that effect (singles vs batches of 64) and records it in the manifest.
     pairs = [(QUERY, document) for document in DOCUMENTS] * 3
-    alone = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8", max_batch_size=1)
-    together = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="int8", max_batch_size=64)
+    alone = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="int8", max_batch_size=1)
+    together = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="int8", max_batch_size=64)
     np.testing.assert_array_equal(together.score(pairs), together.score(pairs))
     difference = float(np.abs(alone.score(pairs) - together.score(pairs)).max())
     assert difference <= INT8_MAX_BATCH_EFFECT, (
@@ -131,7 +133,7 @@ def test_sorting_and_padding_options_do_not_change_scores(
 ) -> None:
     pairs = [(QUERY, document) for document in DOCUMENTS]
     padded = Reranker.from_dir(
-        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", sort_by_length=False, pad_to_multiple=512,
+        tiny_model_dir, **ON_CPU, precision="fp32", sort_by_length=False, pad_to_multiple=512,
         max_batch_tokens=512 * 32, max_batch_size=32,
     )
     np.testing.assert_allclose(padded.score(pairs), fp32.score(pairs), atol=1e-5, rtol=0)
@@ -207,7 +209,7 @@ def test_concurrent_calls_give_single_threaded_scores(fp32: Reranker) -> None:
 
 def test_max_chunk_finds_the_best_window(tiny_model_dir: Path, fp32: Reranker) -> None:
     chunked = Reranker.from_dir(
-        tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", long_documents="max_chunk",
+        tiny_model_dir, **ON_CPU, precision="fp32", long_documents="max_chunk",
         window_tokens=32, window_overlap_tokens=8,
     )
     long_document = " ".join(DOCUMENTS[:2] + DOCUMENTS[3:4] + DOCUMENTS[6:]) * 4
@@ -235,7 +237,7 @@ def test_max_chunk_finds_the_best_window(tiny_model_dir: Path, fp32: Reranker) -
 def test_deadline_scores_in_retrieval_order_and_stops(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", max_batch_size=2)
+    reranker = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32", max_batch_size=2)
     documents = DOCUMENTS[:6]
 
     class FakeClock:
@@ -263,7 +265,7 @@ def test_generous_deadline_equals_plain_rerank(fp32: Reranker) -> None:
 
 
 def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: Reranker) -> None:
-    cached = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", cache_size=100)
+    cached = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32", cache_size=100)
     calls = {"encode": 0, "run": 0}
     encode, run = cached._encoder.encode, cached._runner.run
 
@@ -291,11 +293,11 @@ def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: 
 
 
 def test_cache_keys_are_unambiguous(tiny_model_dir: Path) -> None:
-    cached = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32", cache_size=2)
+    cached = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32", cache_size=2)
     assert cached._cache is not None
     assert cached._cache.key("ab", "c") != cached._cache.key("a", "bc")
     scores = cached.score([("ab", "c"), ("a", "bc")])
-    fresh = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime", precision="fp32")
+    fresh = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32")
     np.testing.assert_allclose(scores, fresh.score([("ab", "c"), ("a", "bc")]), atol=1e-6)
     cached.score([("x", "1"), ("y", "2"), ("z", "3")])
     assert len(cached._cache) == 2  # LRU capacity holds
