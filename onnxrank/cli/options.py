@@ -16,7 +16,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from onnxrank.engine.config import EngineConfig, option_metadata
+from onnxrank.engine.config import EngineConfig
 
 ENV_PREFIX = "ONNXRANK_"
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -94,39 +94,48 @@ def _optional_int(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none", "auto") else int(text)
 
 
+def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                       config_class: type, command: str | None) -> None:
+    """One flag per field of a config dataclass whose field metadata has help/kind/choices.
+
+    Flags default to "unset", so `config_overrides` passes on only what the user chose and every
+    default stays the dataclass's own (shown in the help).
+    """
+    defaults = config_class()
+    for spec in fields(config_class):
+        meta = spec.metadata
+        flag = "--" + spec.name.replace("_", "-")
+        help_text = f"{meta['help']}; default: {getattr(defaults, spec.name)}"
+        if meta["kind"] is bool:
+            add_flag(parser, command, flag, action=argparse.BooleanOptionalAction, default=UNSET,
+                     help=help_text)
+            continue
+        kind = _optional_int if meta.get("optional") and meta["kind"] is int else meta["kind"]
+        choices = meta.get("choices")
+        add_flag(parser, command, flag, type=kind, choices=choices, default=UNSET,
+                 help=help_text, metavar=None if choices else spec.name.upper())
+
+
+def config_overrides(args: argparse.Namespace, config_class: type) -> dict[str, Any]:
+    """The fields of `config_class` that the user set through a flag or its twin."""
+    return {spec.name: getattr(args, spec.name) for spec in fields(config_class)
+            if hasattr(args, spec.name)}
+
+
 def add_engine_options(parser: argparse.ArgumentParser, *,
                        model_help: str = "rerank model: a name under --models-dir, or a model "
                                          "directory") -> None:
-    """Add --model, --models-dir and one flag per EngineConfig field, with global twins.
-
-    Engine flags default to "unset", so `engine_overrides` passes on only what the user chose
-    and every default stays the library's own.
-    """
+    """Add --model, --models-dir and one flag per EngineConfig field, with global twins."""
     group = parser.add_argument_group("engine options (same meaning in every command)")
     add_flag(group, None, "--model", default=DEFAULT_RERANK_MODEL, help=model_help)
     add_flag(group, None, "--models-dir", default=DEFAULT_MODELS_DIR,
              help="where model names are looked up")
-    defaults = EngineConfig()
-    for spec in fields(EngineConfig):
-        meta = option_metadata(spec.name)
-        flag = "--" + spec.name.replace("_", "-")
-        default = getattr(defaults, spec.name)
-        help_text = f"{meta['help']}; default: {default}"
-        if meta["kind"] is bool:
-            add_flag(group, None, flag, action=argparse.BooleanOptionalAction, default=UNSET,
-                     help=help_text)
-            continue
-        kind = meta["kind"]
-        if meta["optional"]:
-            kind = _optional_int
-        add_flag(group, None, flag, type=kind, choices=meta["choices"], default=UNSET,
-                 help=help_text, metavar=None if meta["choices"] else spec.name.upper())
+    add_config_options(group, EngineConfig, None)
 
 
 def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The EngineConfig fields the user set through a flag or its twin."""
-    return {spec.name: getattr(args, spec.name) for spec in fields(EngineConfig)
-            if hasattr(args, spec.name)}
+    return config_overrides(args, EngineConfig)
 
 
 def load_reranker(args: argparse.Namespace, **fixed: Any) -> Any:
