@@ -5,7 +5,8 @@
 - ``naive_ort``: onnxruntime on the same fp32 ONNX file, the way a first attempt looks: fixed
   batches of 32 in input order, every row padded to max_length.
 - ``fastembed``: fastembed's TextCrossEncoder on our int8 file, registered as a custom model and
-  loaded from the model directory (no hub download).
+  loaded from the model directory (no hub download); ``fastembed_fp32``: the same on the plain
+  fp32 ``model.onnx``, the file fastembed itself ships for MiniLM cross-encoders.
 - FlashRank cannot take part: see FLASHRANK_SKIP_REASON.
 
 A baseline that cannot run here raises MissingDependencyError, DeviceUnavailableError or
@@ -27,8 +28,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from onnxrank._optional import require
-from onnxrank.engine.session import build_session
-from onnxrank.engine.spec import ModelSpec
+from onnxrank.engine.runtime import open_model_file
+from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
 from onnxrank.types import Pair, Scores
 
@@ -39,6 +40,8 @@ ST_BATCH_SIZE = 32  # CrossEncoder.predict's default
 FASTEMBED_BATCH_SIZE = 64  # TextCrossEncoder.rerank_pairs's default
 FASTEMBED_FILES = ("tokenizer.json", "tokenizer_config.json")
 FASTEMBED_OPTIONAL_FILES = ("config.json", "special_tokens_map.json", "vocab.txt")
+FASTEMBED_VARIANTS = ("int8", "fp32")
+FASTEMBED_FILE_LABELS = {"int8": "our int8 file", "fp32": "the plain fp32 model.onnx, its default"}
 FLASHRANK_SKIP_REASON = (
     "FlashRank skipped: Ranker(model_name=...) only loads its own model names from "
     "cache_dir/<name>/<fixed file name>, downloading them when absent, so it cannot be pointed "
@@ -132,16 +135,23 @@ class NaiveOrtBaseline:
         threads: onnxruntime intra-op threads.
 
     Raises:
-        ValueError: The model has no fp32 variant.
-        DeviceUnavailableError: device="cuda" without a working CUDA provider.
-        ModelLoadError: The ONNX or tokenizer file cannot be loaded.
+        ValueError: onnxruntime cannot run fp32 on `device` here.
+        DeviceUnavailableError: device="cuda" and the CUDA provider did not attach.
+        ModelLoadError: No fp32 variant, or its file or the tokenizer cannot be loaded or does
+            not match the manifest.
     """
 
     name = "naive_ort"
 
     def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
-        self._model = build_session(spec, model_dir, device=device, precision="fp32",
-                                    threads=threads)
+        if "fp32" not in spec.variants:
+            raise ModelLoadError(f"the naive loop runs the fp32 variant; {model_dir} has "
+                                 f"{', '.join(spec.variants)}")
+        verify_files(spec, model_dir, ["fp32"])
+        # Through the engine's runtime layer: the same session options as the engine's sessions.
+        self._model = open_model_file(Path(model_dir) / spec.variants["fp32"].file,
+                                      backend="onnxruntime", device=device, precision="fp32",
+                                      threads=threads)
         tokenizer_path = Path(model_dir) / spec.tokenizer_file
         try:
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
@@ -151,10 +161,11 @@ class NaiveOrtBaseline:
         self._tokenizer.enable_padding(length=spec.max_length, pad_id=spec.pad_token_id)
         info = self._model.info
         self.settings = {
-            "runtime": f"onnxruntime {info.onnxruntime_version}",
+            "runtime": f"onnxruntime {info.runtime_version}",
             "device": info.device,
             "provider": info.provider,
-            "variant": info.variant,
+            "variant": "fp32",
+            "precision": info.precision,
             "model_file": info.model_file,
             "threads": info.threads,
             "batch_size": NAIVE_BATCH_SIZE,
@@ -177,30 +188,39 @@ class NaiveOrtBaseline:
 
 
 class FastembedBaseline:
-    """fastembed TextCrossEncoder on our int8 file, loaded from the model directory offline.
+    """fastembed TextCrossEncoder on one of our files, loaded from the model directory offline.
 
     Args:
         spec: The exported model's manifest.
         model_dir: Its directory (must hold tokenizer.json and tokenizer_config.json).
-        device: Only "cpu" (the int8 file is CPU-only).
+        device: Only "cpu" (fastembed's CPU path; the int8 file is CPU-only anyway).
         threads: onnxruntime intra-op threads.
+        variant: "int8" (our int8 file) or "fp32" (the plain ``model.onnx``, fastembed's own
+            choice for MiniLM cross-encoders).
 
     Raises:
         MissingDependencyError: fastembed is not installed.
         DeviceUnavailableError: device is not "cpu".
-        ModelLoadError: No int8 variant, or tokenizer files fastembed needs are missing.
+        ModelLoadError: The variant is not exported, or tokenizer files fastembed needs are
+            missing.
+        ValueError: `variant` is neither "int8" nor "fp32".
     """
 
     name = "fastembed"
 
-    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
+    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
+                 variant: str = "int8") -> None:
+        if variant not in FASTEMBED_VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(FASTEMBED_VARIANTS)}, "
+                             f"got {variant!r}")
         if device != "cpu":
             raise DeviceUnavailableError(
-                "the fastembed baseline runs our int8 file, which is CPU-only"
+                f"the fastembed baseline runs our {variant} file on fastembed's CPU path only"
             )
-        if "int8" not in spec.variants:
-            raise ModelLoadError(f"fastembed baseline needs the int8 variant; {model_dir} has "
-                                 f"{', '.join(spec.variants)}")
+        if variant not in spec.variants:
+            raise ModelLoadError(f"fastembed baseline needs the {variant} variant; {model_dir} "
+                                 f"has {', '.join(spec.variants)}")
+        model_file = spec.variants[variant].file
         missing = [name for name in FASTEMBED_FILES if not (Path(model_dir) / name).is_file()]
         if missing:
             raise ModelLoadError(
@@ -208,7 +228,7 @@ class FastembedBaseline:
             )
         fastembed = require("fastembed", extra="bench")
         cross_encoder = require("fastembed.rerank.cross_encoder", extra="bench")
-        model_name = f"onnxrank-bench/{spec.name}-int8"
+        model_name = f"onnxrank-bench/{spec.name}-{variant}"
         registered = {model["model"].lower() for model in
                       cross_encoder.TextCrossEncoder.list_supported_models()}
         if model_name.lower() not in registered:
@@ -216,9 +236,9 @@ class FastembedBaseline:
             # The source is never contacted: specific_model_path makes fastembed load from disk.
             cross_encoder.TextCrossEncoder.add_custom_model(
                 model=model_name, sources=description.ModelSource(hf=model_name),
-                model_file=spec.variants["int8"].file,
+                model_file=model_file,
             )
-        view = _fastembed_view(spec, Path(model_dir))
+        view = _fastembed_view(spec, Path(model_dir), model_file)
         # The view lives as long as this baseline (fastembed may reopen files from it).
         weakref.finalize(self, shutil.rmtree, view, ignore_errors=True)
         self._model = cross_encoder.TextCrossEncoder(
@@ -228,13 +248,15 @@ class FastembedBaseline:
         self.settings = {
             "runtime": f"fastembed {fastembed.__version__}",
             "device": "cpu",
-            "variant": "int8",
-            "model_file": str(Path(model_dir) / spec.variants["int8"].file),
+            "variant": variant,
+            "precision": variant,
+            "model_file": str(Path(model_dir) / model_file),
             "threads": threads,
             "batch_size": FASTEMBED_BATCH_SIZE,
             "truncation": f"max_length={spec.max_length}, as the engine",
         }
-        self.label = f"fastembed TextCrossEncoder (our int8 file, batch {FASTEMBED_BATCH_SIZE})"
+        self.label = (f"fastembed TextCrossEncoder ({FASTEMBED_FILE_LABELS[variant]}, batch "
+                      f"{FASTEMBED_BATCH_SIZE})")
 
     def score(self, pairs: Sequence[Pair]) -> Scores:
         """Scores of the pairs, in input order."""
@@ -244,7 +266,7 @@ class FastembedBaseline:
         )
 
 
-def _fastembed_view(spec: ModelSpec, model_dir: Path) -> Path:
+def _fastembed_view(spec: ModelSpec, model_dir: Path, model_file: str) -> Path:
     """A directory of links to the model's files whose tokenizer_config truncates at max_length.
 
     fastembed truncates at the smaller of tokenizer_config.json's ``model_max_length`` and
@@ -252,7 +274,7 @@ def _fastembed_view(spec: ModelSpec, model_dir: Path) -> Path:
     fastembed read only a quarter of a long passage while the engine reads 512 tokens.
     """
     target = Path(tempfile.mkdtemp(prefix="onnxrank-bench-fastembed-"))
-    for name in (spec.variants["int8"].file, "tokenizer.json", *FASTEMBED_OPTIONAL_FILES):
+    for name in (model_file, "tokenizer.json", *FASTEMBED_OPTIONAL_FILES):
         if (model_dir / name).is_file():
             (target / name).symlink_to((model_dir / name).resolve())
     config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))

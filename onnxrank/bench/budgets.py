@@ -1,16 +1,19 @@
-"""Performance budgets (bench/budgets.toml): loading, checking, and the verdict table.
+"""Performance budgets (onnxrank/bench/suite/budgets.toml): loading, checking, the verdict table.
 
-Two kinds of budget, both per device class (``[[cpu]]``, ``[[cuda]]`` entries):
+Three kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
 
 1. Ratio floors (``ratio = "engine/st"``, ``min_ratio = 2.5``): the median over items of the
    per-item speed-up, measured interleaved in the same process. Machine-independent.
 2. Absolute latency ceilings (``p50_ms``, ``p95_ms``): set on a named reference machine and
    multiplied by ``scale = calibration_ms_now / calibration.reference_ms``, the time of a fixed
    single-core workload now versus on the reference machine (see environment.calibrate).
+3. Share-of-ceiling floors (``min_ceiling_share = 0.4`` with a ``contender``): the contender's
+   effective model ops/s over the GEMM ceiling of its precision, both measured in the same run.
 
 A budget is enforced only for runs of the model it was set for (``model``; ``"*"`` means any):
 latencies and model-vs-model ratios depend on model size, so a run on a tiny test model reports
-them without enforcing them.
+them without enforcing them. A quick run enforces none: its workloads are smaller than the ones
+the budgets were set for.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ logger = logging.getLogger(__name__)
 
 ANY_MODEL = "*"
 ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "min_ratio",
-              "model", "note"}
+              "min_ceiling_share", "model", "note"}
+# Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
+FLOOR_METRICS = ("ratio", "ceiling_share")
 DEVICE_CLASSES = ("cpu", "cuda")
 
 
@@ -41,9 +46,10 @@ class Budget:
         device: "cpu" or "cuda".
         scenario: Scenario name ("latency", "padding", ...).
         regime: Regime name, or None for every regime of the scenario.
-        metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency) or "ratio" (floor).
-        subject: The contender for latency metrics; "a/b" for a ratio.
-        limit: Milliseconds on the reference machine, or the minimum ratio.
+        metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency), "ratio" or
+            "ceiling_share" (floors).
+        subject: The contender for latency and share metrics; "a/b" for a ratio.
+        limit: Milliseconds on the reference machine, the minimum ratio or the minimum share.
         model: Model name the budget holds for, or "*".
         note: Why the budget is what it is.
     """
@@ -93,6 +99,11 @@ class Verdict:
     verdict: str
 
     @property
+    def is_floor(self) -> bool:
+        """True for minimums (ratios, shares), False for latency ceilings."""
+        return self.budget.metric in FLOOR_METRICS
+
+    @property
     def failed(self) -> bool:
         """True when the budget was enforced and broken."""
         return self.verdict == "FAIL"
@@ -136,8 +147,12 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
             raise ValueError(f"{where}: ratio must look like \"engine/st\", got {ratio!r}")
         budgets.append(Budget(metric="ratio", subject=ratio, limit=float(entry["min_ratio"]),
                               **common))
+    if "min_ceiling_share" in entry:
+        budgets.append(Budget(metric="ceiling_share", subject=str(entry.get("contender", "engine")),
+                              limit=float(entry["min_ceiling_share"]), **common))
     if not budgets:
-        raise ValueError(f"{where} sets no limit; give p50_ms, p95_ms, or ratio with min_ratio")
+        raise ValueError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
+                         "or min_ceiling_share")
     return budgets
 
 
@@ -155,7 +170,7 @@ def load_budgets(path: str | Path) -> BudgetFile:
     if "reference_ms" not in calibration:
         raise ValueError(
             f"{path} needs [calibration] reference_ms (the calibration time on the reference "
-            "machine); see bench/budgets.toml"
+            "machine); see onnxrank/bench/suite/budgets.toml"
         )
     unknown = set(data) - {"calibration", "model", *DEVICE_CLASSES}
     if unknown:
@@ -183,33 +198,42 @@ def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str
             return result.ratios[budget.subject]["median"], ""
         reason = result.skipped.get(slower) or result.skipped.get(faster) or "ratio not measured"
         return None, reason
-    if budget.subject in result.contenders:
-        return result.contenders[budget.subject]["stats"][budget.metric], ""
-    return None, result.skipped.get(budget.subject, f"{budget.subject} not measured")
+    if budget.subject not in result.contenders:
+        return None, result.skipped.get(budget.subject, f"{budget.subject} not measured")
+    stats = result.contenders[budget.subject]["stats"]
+    if budget.metric == "ceiling_share":
+        share = stats.get("ceiling_share")
+        return share, "" if share is not None else stats.get("ceiling_note", "no ceiling share")
+    return stats[budget.metric], ""
 
 
 def check_budgets(
-    budget_file: BudgetFile, result: ScenarioResult, *, model: str, scale: float
+    budget_file: BudgetFile, result: ScenarioResult, *, model: str, scale: float,
+    not_enforced: str | None = None,
 ) -> list[Verdict]:
     """Verdicts of every budget that applies to `result`.
 
-    1. The budget's model is neither "*" nor `model`: reported, "not enforced".
-    2. The metric was not measured (baseline skipped): "not measured" with the reason.
-    3. Ratios must be >= the floor; latencies <= limit × `scale`.
+    1. The metric was not measured (baseline skipped, no ceiling): "not measured" with the reason.
+    2. The budget's model is neither "*" nor `model`: reported, "not enforced".
+    3. `not_enforced` is given (a quick run): reported, "not enforced: <not_enforced>".
+    4. Ratios and shares must be >= the floor; latencies <= limit × `scale`.
     """
     verdicts = []
     for budget in budget_file.budgets:
         if (budget.device != result.device or budget.scenario != result.scenario
                 or budget.regime not in (None, result.regime)):
             continue
-        allowed = budget.limit if budget.metric == "ratio" else budget.limit * scale
+        floor = budget.metric in FLOOR_METRICS
+        allowed = budget.limit if floor else budget.limit * scale
         measured, reason = _measured(budget, result)
         if measured is None:
             verdict = f"not measured: {reason}"
         elif budget.model not in (ANY_MODEL, model):
             verdict = (f"not enforced: budget is for model {budget.model!r}, this run used "
                        f"{model!r} (latencies and ratios depend on model size)")
-        elif budget.metric == "ratio":
+        elif not_enforced is not None:
+            verdict = f"not enforced: {not_enforced}"
+        elif floor:
             verdict = "ok" if measured >= allowed else "FAIL"
         else:
             verdict = "ok" if measured <= allowed else "FAIL"
@@ -223,8 +247,8 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     rows = [("scenario", "device", "measured", "budget", "verdict")]
     for verdict in verdicts:
         budget = verdict.budget
-        unit = "x" if budget.metric == "ratio" else " ms"
-        sign = ">=" if budget.metric == "ratio" else "<="
+        unit = {"ratio": "x", "ceiling_share": ""}.get(budget.metric, " ms")
+        sign = ">=" if verdict.is_floor else "<="
         measured = "-" if verdict.measured is None else f"{verdict.measured:.2f}{unit}"
         allowed = f"{sign} {verdict.allowed:.2f}{unit}"
         rows.append((budget.describe(verdict.regime), verdict.device, measured, allowed,

@@ -13,17 +13,9 @@ from onnxrank.types import Pair
 
 
 def engine_settings(reranker: Reranker) -> dict[str, Any]:
-    """What runs and how it batches (provider, variant, threads, batch settings)."""
-    config = reranker.config
-    return {
-        **dataclasses.asdict(reranker.device_info),
-        "max_batch_tokens": config.max_batch_tokens,
-        "max_batch_size": config.max_batch_size,
-        "max_length": config.max_length,
-        "sort_by_length": config.sort_by_length,
-        "pad_to_multiple": config.pad_to_multiple,
-        "long_documents": config.long_documents,
-    }
+    """Every engine option (EngineConfig, as configured), then what actually runs (DeviceInfo:
+    backend, provider, variant, precision, threads, why), which wins where both name a key."""
+    return {**dataclasses.asdict(reranker.config), **dataclasses.asdict(reranker.device_info)}
 
 
 def engine_contender(name: str, label: str,

@@ -7,13 +7,14 @@ import platform
 import shutil
 import subprocess
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from onnxrank.engine.session import CPU_PROVIDER, CUDA_PROVIDER, usable_cpus
+from onnxrank.engine.devices import CPU_PROVIDER, CUDA_PROVIDER, cpu_model, usable_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -67,17 +68,6 @@ def calibrate(repeats: int = CALIBRATION_REPEATS) -> float:
     return float(np.median(timings))
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo, else platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def gpu_names() -> list[str]:
     """GPU names from nvidia-smi; empty when there is none (or no driver)."""
     executable = shutil.which("nvidia-smi")
@@ -93,17 +83,25 @@ def gpu_names() -> list[str]:
     return [line.strip() for line in output.splitlines() if line.strip()]
 
 
-def git_commit(directory: Path) -> str:
-    """HEAD's commit hash (with ``-dirty`` when files differ), or why it is unknown."""
+def source_revision() -> str:
+    """The git commit of the onnxrank that runs (``-dirty`` when files differ), when it runs from
+    a checkout; else the installed version (a wheel carries no commit)."""
+    checkout = Path(__file__).resolve().parents[2]  # the directory that holds onnxrank/
+    try:
+        version = metadata.version("onnxrank")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    if not (checkout / ".git").exists():
+        return f"not a git checkout: onnxrank {version} installed at {checkout}"
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
+            ["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True,
             timeout=10,
         )
         if head.returncode != 0:
             return "unknown (no commit)"
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory,
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=checkout,
             capture_output=True, text=True, timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
@@ -111,7 +109,7 @@ def git_commit(directory: Path) -> str:
     return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
 
 
-def machine_info(repository: Path) -> dict[str, Any]:
+def machine_info() -> dict[str, Any]:
     """JSON-ready facts about the machine and software of this run."""
     return {
         "cpu_model": cpu_model(),
@@ -121,6 +119,14 @@ def machine_info(repository: Path) -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "onnxruntime": ort.__version__,
+        "openvino": _version("openvino"),
         "available_providers": ort.get_available_providers(),
-        "git_commit": git_commit(repository),
+        "git_commit": source_revision(),
     }
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"

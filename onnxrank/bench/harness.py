@@ -128,9 +128,16 @@ def measure_interleaved(
     return Timings(seconds=seconds, pairs_per_item=list(pairs_per_item))
 
 
-def time_stats(seconds: Sequence[float], pairs: Sequence[int]) -> dict[str, float]:
-    """Latency percentiles in ms (p50/p95/p99 with min/median/max/mean) and pairs per second."""
+def time_stats(seconds: Sequence[float], pairs: Sequence[int],
+               flops: Sequence[float] | None = None) -> dict[str, float]:
+    """Latency percentiles in ms (p50/p95/p99 with min/median/max/mean) and pairs per second.
+
+    With `flops` (model FLOPs per item) also ``effective_ops_per_s``: the model's work over the
+    total time, whatever the contender actually computed (padding, pruning, int8).
+    """
     values = np.asarray(seconds, dtype=np.float64) * 1000.0
+    extra = {} if flops is None else {
+        "effective_ops_per_s": float(np.sum(flops) / (values.sum() / 1000.0))}
     return {
         "n": int(values.size),
         "min_ms": float(values.min()),
@@ -140,6 +147,7 @@ def time_stats(seconds: Sequence[float], pairs: Sequence[int]) -> dict[str, floa
         "max_ms": float(values.max()),
         "mean_ms": float(values.mean()),
         "pairs_per_s": float(np.sum(pairs) / (values.sum() / 1000.0)),
+        **extra,
     }
 
 
@@ -182,9 +190,13 @@ class ScenarioResult:
 def summarize(
     scenario: str, regime: str, device: str, contenders: Sequence[Contender[Any]],
     timings: Timings, *, ratios: Sequence[tuple[str, str]], skipped: dict[str, str],
-    workload: dict[str, Any],
+    workload: dict[str, Any], flops_per_item: Sequence[float] | None = None,
 ) -> ScenarioResult:
-    """Statistics of interleaved timings, with the requested (faster, slower) speed-up ratios."""
+    """Statistics of interleaved timings, with the requested (faster, slower) speed-up ratios.
+
+    Args:
+        flops_per_item: Model FLOPs of each item, for effective ops/s (None: not reported).
+    """
     return ScenarioResult(
         scenario=scenario,
         regime=regime,
@@ -193,7 +205,8 @@ def summarize(
             contender.name: {
                 "label": contender.label,
                 "settings": contender.settings,
-                "stats": time_stats(timings.seconds[contender.name], timings.pairs_per_item),
+                "stats": time_stats(timings.seconds[contender.name], timings.pairs_per_item,
+                                    flops_per_item),
             }
             for contender in contenders
         },

@@ -68,12 +68,16 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         f"x{run['scale']:.2f}",
         "- Contenders ran interleaved query by query, in a new rotation on each; ratios are "
         "min/median/max over queries of (other's time / engine's time).",
-        "",
-        "## Times",
+        "- Budgets: " + ("enforced" if run.get("budgets_enforced", True) else
+                         "reported, NOT enforced (quick run: it checks the suite, not the numbers)"),
         "",
     ]
+    lines += ceiling_sections(run, results)
+    lines += ["## Times", ""]
     rows = []
     for result in results:
+        if result.scenario == "ceiling" and result.status == "measured":
+            continue  # its own table above: products per second mean nothing as pairs/s
         if result.status != "measured":
             rows.append([result.scenario, result.regime, result.device, result.status,
                          "", "", "", "", ""])
@@ -102,7 +106,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         ["budget", "device", "measured", "allowed", "verdict"],
         [[v.budget.describe(v.regime), v.device,
           "-" if v.measured is None else f"{v.measured:.2f}",
-          f"{'>=' if v.budget.metric == 'ratio' else '<='} {v.allowed:.2f}", v.verdict]
+          f"{'>=' if v.is_floor else '<='} {v.allowed:.2f}", v.verdict]
          for v in verdicts],
     )
     plots = [f"![{name}]({file_name})" for name, file_name in PLOTS.items()
@@ -110,6 +114,60 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     if plots:
         lines += ["", "## Plots", "", *plots]
     return "\n".join(lines) + "\n"
+
+
+def _ops(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.1f}"
+
+
+def ceiling_sections(run: dict[str, Any], results: Sequence[ScenarioResult]) -> list[str]:
+    """Markdown: the GEMM ceiling per path and shape, then every contender's share of it."""
+    lines = ["## Hardware ceiling (GEMM, GOP/s)", ""]
+    ceiling = next((r for r in results if r.scenario == "ceiling" and r.status == "measured"),
+                   None)
+    if ceiling is None:
+        lines += [f"Not measured: {run.get('ceiling_note') or 'the ceiling scenario did not run'}.",
+                  ""]
+    else:
+        shapes = list(dict.fromkeys(c["settings"]["shape"] for c in ceiling.contenders.values()))
+        paths = list(dict.fromkeys(c["settings"]["path"] for c in ceiling.contenders.values()))
+        rate = {(c["settings"]["path"], c["settings"]["shape"]): c["stats"]["ops_per_s"]
+                for c in ceiling.contenders.values()}
+        dims = {c["settings"]["shape"]: c["settings"]["dims"] for c in ceiling.contenders.values()}
+        precision = {c["settings"]["path"]: c["settings"]["precision"]
+                     for c in ceiling.contenders.values()}
+        rows = [[path, precision[path], *(_ops(rate.get((path, shape))) for shape in shapes)]
+                for path in paths]
+        lines += _table(["path", "precision", *(f"{shape} ({dims[shape]})" for shape in shapes)],
+                        rows)
+        lines += [""]
+        lines += [f"- {name}: {reason}" for name, reason in ceiling.skipped.items()]
+        best = run.get("ceilings", {})
+        lines += [f"- **{name} ceiling: {_ops(value['ops_per_s'])} GOP/s** ({value['path']}, "
+                  f"{value['shape']})" for name, value in best.items()]
+        lines += [""]
+    share_rows = []
+    for result in results:
+        if result.scenario == "ceiling" or result.status != "measured":
+            continue
+        for name, contender in result.contenders.items():
+            stats = contender["stats"]
+            if "effective_ops_per_s" not in stats:
+                continue
+            share = stats.get("ceiling_share")
+            share_rows.append([
+                result.scenario, result.regime, result.device, name,
+                str(stats.get("ceiling_precision") or "-"), _ops(stats["effective_ops_per_s"]),
+                _ops(stats.get("ceiling_ops_per_s")),
+                f"**{share:.0%}**" if share is not None else stats.get("ceiling_note", "-"),
+            ])
+    if share_rows:
+        lines += ["## Share of the ceiling (effective model GOP/s over the GEMM ceiling of the "
+                  "contender's precision)", ""]
+        lines += _table(["scenario", "regime", "device", "contender", "precision",
+                         "effective GOP/s", "ceiling GOP/s", "share"], share_rows)
+        lines += [""]
+    return lines
 
 
 def _candidates_per_query(result: ScenarioResult) -> int:

@@ -148,7 +148,7 @@ def load_dataset(path: str | Path) -> Dataset:
         if not file_path.is_file():
             raise FileNotFoundError(
                 f"could not find {file_name} in {directory}; a dataset directory holds "
-                "corpus.jsonl and queries.jsonl (see bench/data/README.md)"
+                "corpus.jsonl and queries.jsonl (see onnxrank/bench/suite/data/README.md)"
             )
         collected = []
         with open(file_path, encoding="utf-8") as handle:

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from onnxrank.cli import bench_cmd, export_cmd, retrieval_cmd
+from onnxrank.cli import bench_cmd, diagnose_cmd, export_cmd, retrieval_cmd, score_cmd, serve_cmd
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.errors import MissingDependencyError, RerankError
 
@@ -16,7 +16,7 @@ EXAMPLES = """examples:
   onnxrank index --source docs --index indexes/docs --embedder minilm-embedder
   onnxrank query "how are int8 models validated" --index indexes/docs --mode hybrid \\
       --rerank --model minilm-standin
-  onnxrank eval --dataset ../shared/data/cranfield --index indexes/cranfield
+  onnxrank eval --dataset cranfield-sample --index indexes/cranfield-sample
   onnxrank bench --quick
 """
 
@@ -32,13 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     export_cmd.register(subparsers)
     retrieval_cmd.register(subparsers)
+    diagnose_cmd.register(subparsers)
     bench_cmd.register(subparsers)
+    serve_cmd.register(subparsers)
+    score_cmd.register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()  # environment twins are read (and checked) here
+    except ValueError as err:
+        print(f"onnxrank: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -1,87 +1,143 @@
-"""`onnxrank bench`: run the benchmark suite (pytest-benchmark scenarios under bench/)."""
+"""`onnxrank bench`: run the benchmark suite (pytest-benchmark scenarios shipped in the package)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from onnxrank._optional import require
 from onnxrank.bench.budgets import load_budgets
 from onnxrank.bench.environment import parse_devices
+from onnxrank.bench.paths import (
+    DEFAULT_BUDGETS,
+    DEFAULT_DATASET,
+    DEFAULT_OUT,
+    PYTEST_CONFIG,
+    SUITE_DIR,
+)
 from onnxrank.bench.workloads import REGIMES, parse_regimes
-from onnxrank.cli.common import HelpFormatter, env_default, env_name
+from onnxrank.cli.common import HelpFormatter
+from onnxrank.cli.options import DEFAULT_MODELS_DIR, DEFAULT_RERANK_MODEL, add_flag
 from onnxrank.engine.reranker import Reranker
 
 logger = logging.getLogger(__name__)
 
-# The suite lives beside the package in a source checkout (pip install -e .[bench]).
-REPOSITORY = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPOSITORY / "bench"
+COMMAND = "bench"
+# Scenario groups and their files in onnxrank/bench/suite/. The ceiling runs first in every run:
+# every other scenario reports its contenders' effective ops/s as a share of it.
 SCENARIO_FILES = {
+    "ceiling": "test_ceiling.py",
     "latency": "test_latency.py",
     "throughput": "test_throughput.py",
     "sweeps": "test_sweeps.py",
     "long_documents": "test_long_documents.py",
     "retrieval_stages": "test_retrieval_stages.py",
     "order_check": "test_order_check.py",
+    "serving": "test_serving.py",
 }
+ALL_SCENARIOS = "all"
+ALWAYS_RUN = "ceiling"
+DATASET_FILES = ("corpus.jsonl", "queries.jsonl")
 PYTEST_BENCHMARK_JSON = "pytest-benchmark.json"
 
 EPILOG = f"""examples:
-  onnxrank bench --quick                         # < 2 minutes: checks the suite, not the numbers
-  onnxrank bench --model minilm-standin --out bench/results/full    # the full CPU run
+  onnxrank bench --quick                         # checks the suite, not the numbers
+  onnxrank bench --model minilm-standin --embedder minilm-embedder --out bench-results/full
   onnxrank bench --device cpu,cuda --regimes short,mixed --scenarios latency
   onnxrank bench --quick --budgets my_budgets.toml
 
 Outputs in --out: summary.md (tables), summary.json (our summary), {PYTEST_BENCHMARK_JSON}
 (pytest-benchmark's raw data, with device and settings in extra_info) and PNG plots.
-Exit status: 0 when every enforced budget holds, 1 when one is broken (or a scenario failed),
-2 on bad arguments. Every flag has an environment twin: ONNXRANK_<FLAG>, e.g. ONNXRANK_OUT.
-See docs/benchmarks.md.
+Exit status: 0 when no enforced budget is broken (a --quick run enforces none), 1 when one is
+broken (or a scenario failed), 2 on bad arguments. The suite ships inside the package
+({SUITE_DIR}), so this works from an installed wheel. See docs/benchmarks.md.
 """
 
 
-def _parse_scenarios(value: str) -> list[str]:
+class InvalidValue(argparse.ArgumentTypeError, ValueError):
+    """A bad flag value: argparse prints its message as is, and `add_flag` names the environment
+    variable when the value came from a twin."""
+
+
+def _checked(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse `type` that checks a value with `parse` at parse time and keeps the text."""
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except ValueError as err:
+            raise InvalidValue(str(err)) from err
+        return value
+    check.__name__ = parse.__name__
+    return check
+
+
+def positive_int(text: str) -> int:
+    """An argparse `type` for counts: an int >= 1.
+
+    Raises:
+        InvalidValue: Not an int, or below 1.
+    """
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise InvalidValue(f"invalid int value: {text!r}") from err
+    if value < 1:
+        raise InvalidValue(f"must be >= 1, got {value}")
+    return value
+
+
+def parse_scenarios(value: str) -> list[str]:
+    """Scenario groups from ``"all"`` or a comma-separated list; the ceiling is always first.
+
+    Raises:
+        ValueError: An unknown or empty name.
+    """
+    if value.strip() == ALL_SCENARIOS:
+        return list(SCENARIO_FILES)
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in SCENARIO_FILES]
     if unknown or not names:
         raise ValueError(
             f"unknown scenarios {unknown or value!r}; choose from {', '.join(SCENARIO_FILES)} "
-            "(comma-separated)"
+            f"(comma-separated) or {ALL_SCENARIOS}"
         )
-    return names
+    return [ALWAYS_RUN, *(name for name in names if name != ALWAYS_RUN)]
+
+
+def check_dataset(path: str | Path) -> Path:
+    """The dataset directory, checked for the files the workloads are cut from.
+
+    Raises:
+        ValueError: A file is missing (the message names the file and the directory).
+    """
+    directory = Path(path)
+    for name in DATASET_FILES:
+        if not (directory / name).is_file():
+            raise ValueError(
+                f"could not find {name} in {directory}; --dataset takes a directory with "
+                f"{' and '.join(DATASET_FILES)} (default: the shipped sample, {DEFAULT_DATASET})"
+            )
+    return directory
 
 
 def run_bench(args: argparse.Namespace) -> int:
     """Check the arguments, then run the selected scenario files under pytest.
 
+    The parser has already checked --device, --regimes, --scenarios, --queries and --threads.
+
     Raises:
-        ValueError: Bad --device, --regimes, --scenarios or --threads; a missing or malformed
-            budgets file or dataset; no bench/ suite beside the package.
+        ValueError: A missing or malformed budgets file or dataset.
         ModelLoadError: --model is not an exported model.
         MissingDependencyError: pytest or pytest-benchmark is not installed.
     """
-    if not (BENCH_DIR / "conftest.py").is_file():
-        raise ValueError(
-            f"the benchmark suite is not at {BENCH_DIR}: `onnxrank bench` runs from a source "
-            "checkout; clone the repository and `pip install -e .[bench]`"
-        )
-    parse_devices(args.device)
-    parse_regimes(args.regimes)
-    scenarios = _parse_scenarios(args.scenarios)
+    scenarios = parse_scenarios(args.scenarios)
     if not Path(args.budgets).is_file():
         raise ValueError(f"budgets file {args.budgets} does not exist; pass --budgets FILE "
-                         f"(the default is {BENCH_DIR / 'budgets.toml'})")
+                         f"(the default is {DEFAULT_BUDGETS})")
     load_budgets(args.budgets)
-    for flag, value in (("--threads", args.threads), ("--queries", args.queries)):
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    if not (Path(args.dataset) / "corpus.jsonl").is_file():
-        raise ValueError(
-            f"could not find corpus.jsonl in {args.dataset}; --dataset takes a directory with "
-            "corpus.jsonl and queries.jsonl"
-        )
+    check_dataset(args.dataset)
     # Load the model once here: a missing model is one clear error instead of one per scenario.
     Reranker.from_pretrained(args.model, models_dir=args.models_dir, device="cpu", threads=1)
     pytest = require("pytest", extra="bench")
@@ -89,9 +145,11 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pytest_args = [
-        *(str(BENCH_DIR / SCENARIO_FILES[name]) for name in scenarios),
-        f"--rootdir={REPOSITORY}",
-        "-p", "no:cacheprovider",
+        *(str(SUITE_DIR / SCENARIO_FILES[name]) for name in scenarios),
+        # The suite's own configuration and root: no pytest.ini or pyproject.toml around the
+        # installed package (or a checkout's unit-test settings) applies to it.
+        "-c", str(PYTEST_CONFIG),
+        f"--rootdir={SUITE_DIR}",
         f"--benchmark-json={out / PYTEST_BENCHMARK_JSON}",
         "--benchmark-columns=min,median,max,rounds",
         f"--bench-model={args.model}",
@@ -120,43 +178,47 @@ def run_bench(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `bench` subcommand."""
     parser = subparsers.add_parser(
-        "bench",
-        help="benchmark latency, throughput and batching against baselines, with budgets",
+        COMMAND,
+        help="benchmark latency, throughput and batching against baselines and the hardware "
+             "ceiling, with budgets",
         description="Run the benchmark suite: every scenario on every requested device, the "
                     "engine interleaved with sentence-transformers, a naive onnxruntime loop and "
-                    "fastembed; write JSON, markdown and PNG plots; fail when a budget is broken.",
+                    "fastembed, each contender's throughput as a share of this machine's GEMM "
+                    "ceiling; write JSON, markdown and PNG plots; fail when a budget is broken.",
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true",
-                        default=env_default("quick", "") not in ("", "0", "false"),
-                        help="2 queries of 10 candidates per scenario (< 2 minutes): checks the "
-                        f"suite, not the numbers; env {env_name('quick')}")
-    parser.add_argument("--device", default=env_default("device", "all"),
-                        help="devices, comma-separated: cpu, cuda, or all (cuda rows say "
-                             "'unavailable' without a CUDAExecutionProvider)")
-    parser.add_argument("--regimes", default=env_default("regimes", ",".join(REGIMES)),
-                        help="document-length regimes of the latency and throughput scenarios")
-    parser.add_argument("--scenarios", default=env_default("scenarios", ",".join(SCENARIO_FILES)),
-                        help="scenario groups to run")
-    parser.add_argument("--model", default=env_default("model", "minilm-standin"),
-                        help="model name under --models-dir, or a model directory")
-    parser.add_argument("--embedder", default=env_default("embedder", "minilm-embedder"),
-                        help="embedding model (name or directory) for the retrieval-stages "
-                             "scenario")
-    parser.add_argument("--models-dir", default=env_default("models-dir", "models"),
-                        help="where model names are looked up")
-    parser.add_argument("--dataset", default=env_default("dataset",
-                                                         str(BENCH_DIR / "data" / "cranfield-sample")),
-                        help="dataset directory (corpus.jsonl, queries.jsonl) the workloads are "
-                             "cut from")
-    parser.add_argument("--out", default=env_default("out", str(BENCH_DIR / "results" / "latest")),
-                        help="report directory")
-    parser.add_argument("--budgets", default=env_default("budgets", str(BENCH_DIR / "budgets.toml")),
-                        help="budgets file (TOML); see docs/benchmarks.md")
-    parser.add_argument("--queries", type=int, default=env_default("queries", None),
-                        help="queries of the latency and retrieval-stages scenarios (default: 20, "
-                             "or 2 with --quick); more queries make p95/p99 meaningful")
-    parser.add_argument("--threads", type=int, default=env_default("threads", None),
-                        help="threads for every runtime (default: the CPUs this process may use)")
+    add_flag(parser, COMMAND, "--quick", action=argparse.BooleanOptionalAction, default=False,
+             help="2 queries of 10 candidates per scenario: checks the suite and reports ratios, "
+                  "but enforces no budget (they are set for the full workload of 50 candidates)")
+    add_flag(parser, COMMAND, "--device", default="all", type=_checked(parse_devices),
+             help="devices, comma-separated: cpu, cuda, or all (cuda rows say 'unavailable' "
+                  "without a CUDAExecutionProvider)")
+    add_flag(parser, COMMAND, "--regimes", default=",".join(REGIMES), type=_checked(parse_regimes),
+             help="document-length regimes of the latency and throughput scenarios, "
+                  f"comma-separated: {', '.join(REGIMES)}")
+    add_flag(parser, COMMAND, "--scenarios", default=ALL_SCENARIOS,
+             type=_checked(parse_scenarios),
+             help=f"scenario groups, comma-separated: {', '.join(SCENARIO_FILES)}; or "
+                  f"{ALL_SCENARIOS}. The ceiling always runs, first")
+    # The rerank model: the engine's global twins (ONNXRANK_MODEL, ONNXRANK_MODELS_DIR), which
+    # mean the same in every command.
+    add_flag(parser, None, "--model", default=DEFAULT_RERANK_MODEL,
+             help="rerank model: a name under --models-dir, or a model directory")
+    add_flag(parser, None, "--models-dir", default=DEFAULT_MODELS_DIR,
+             help="where model names are looked up")
+    add_flag(parser, COMMAND, "--embedder", default="minilm-embedder",
+             help="embedding model (name or directory) of the retrieval-stages scenario")
+    add_flag(parser, COMMAND, "--dataset", default=str(DEFAULT_DATASET),
+             help="dataset directory (corpus.jsonl, queries.jsonl) the workloads are cut from; "
+                  "default: the sample shipped with the package")
+    add_flag(parser, COMMAND, "--out", default=str(DEFAULT_OUT),
+             help="report directory (relative to the working directory)")
+    add_flag(parser, COMMAND, "--budgets", default=str(DEFAULT_BUDGETS),
+             help="budgets file (TOML); see docs/benchmarks.md")
+    add_flag(parser, COMMAND, "--queries", type=positive_int, default=None,
+             help="queries of the latency and retrieval-stages scenarios (default: 20, or 2 "
+                  "with --quick); more queries make p95/p99 meaningful")
+    add_flag(parser, COMMAND, "--threads", type=positive_int, default=None,
+             help="threads for every runtime (default: the CPUs this process may use)")
     parser.set_defaults(handler=run_bench)

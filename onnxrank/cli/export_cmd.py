@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from onnxrank.cli.common import HelpFormatter, env_default
+from onnxrank.cli.common import HelpFormatter
+from onnxrank.cli.options import add_flag
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, load_model_spec, verify_files
 
-logger = logging.getLogger(__name__)
+# These modules import only numpy, tokenizers and onnxruntime at the top (torch and transformers
+# are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
+# work without the export extra while the defaults below stay the library's own.
+from onnxrank.export.onnx import DEFAULT_OPSET
+from onnxrank.export.source import DEFAULT_MODEL, DEFAULT_REGISTRY
+from onnxrank.export.validate import FidelityThresholds
 
-# Kept here rather than imported from onnxrank.export so that `onnxrank --help` and
-# `onnxrank models ...` work without the export extra (torch, transformers) installed.
-DEFAULT_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-DEFAULT_OPSET = 17
+logger = logging.getLogger(__name__)
 
 EXPORT_EPILOG = """examples:
   onnxrank export --model minilm-standin                   # offline stand-in -> models/minilm-standin
@@ -27,71 +31,76 @@ MODELS_EPILOG = """examples:
   onnxrank models list
   onnxrank models verify minilm-standin
 """
-THRESHOLD_FLAGS = (
-    ("fp32-max-abs-diff", 1e-3, "largest |score difference| allowed for model.onnx"),
-    ("opt-max-abs-diff", 1e-3, "largest |score difference| allowed for model_opt.onnx"),
-    ("int8-min-spearman", 0.98, "lowest Spearman correlation allowed for model_int8.onnx (rerank)"),
-    ("int8-min-top10-overlap", 0.9,
-     "lowest mean top-10 overlap per query allowed for model_int8.onnx (rerank)"),
-    ("fp16-max-abs-diff", 5e-2,
-     "largest |score difference| for model_fp16.onnx, checked when the CPU can run it"),
-    ("embedding-min-cosine", 0.999,
-     "lowest per-text cosine to the reference for fp32/opt/fp16 embedding variants"),
-    ("int8-min-cosine", 0.98, "lowest per-text cosine for the int8 embedding variant"),
-)
+THRESHOLD_HELP = {
+    "fp32_max_abs_diff": "largest |score difference| allowed for model.onnx",
+    "opt_max_abs_diff": "largest |score difference| allowed for model_opt.onnx",
+    "int8_min_spearman": "lowest Spearman correlation allowed for model_int8.onnx, "
+                         "model_ov_int8.xml and OpenVINO bf16 (rerank), on the tuning and on the "
+                         "held-out validation pairs",
+    "int8_min_top10_overlap": "lowest mean top-10 overlap per query allowed for the same "
+                              "variants (rerank), on both parts",
+    "fp16_max_abs_diff": "largest |score difference| for model_fp16.onnx, checked when the CPU "
+                         "can run it",
+    "embedding_min_cosine": "lowest per-text cosine to the reference for fp32/opt/fp16 "
+                            "embedding variants",
+    "int8_min_cosine": "lowest per-text cosine for the int8 embedding variants",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `export` and `models` to the top-level parser."""
     export = subparsers.add_parser(
         "export",
-        help="export a cross-encoder or embedding model to ONNX (fp32, opt, int8, fp16) and validate it",
-        description="Export MODEL to ONNX variants, validate each against the PyTorch reference on "
-        "the shipped validation pairs, and write models/NAME/ with manifest.json. Needs the export "
-        'extra: pip install "onnxrank[export]" (plus "onnxrank[standin]" for the stand-ins).',
+        help="export a cross-encoder or embedding model to ONNX and OpenVINO variants and "
+        "validate it",
+        description="Export MODEL to its variants (fp32, opt, int8, fp16, ov_int8), validate each "
+        "against the PyTorch reference on the shipped validation pairs (tuning and held-out "
+        "parts), and write models/NAME/ with manifest.json. Needs the export extra, and the "
+        'openvino extra for ov_int8: pip install "onnxrank[export,openvino]" (plus '
+        '"onnxrank[standin]" for the stand-ins).',
         epilog=EXPORT_EPILOG,
         formatter_class=HelpFormatter,
     )
-    export.add_argument("--model", default=env_default("model", DEFAULT_MODEL),
-                        help="Hugging Face Hub id, registry name (see --registry) or local checkpoint "
-                        "directory (env ONNXRANK_MODEL)")
-    export.add_argument("--out", type=Path, default=env_default("out", None),
-                        help="output model directory; default models/NAME (env ONNXRANK_OUT)")
-    export.add_argument("--task", choices=("rerank", "embedding"), default=env_default("task", None),
-                        help="rerank (one relevance logit) or embedding (pooled, normalised vectors); "
-                        "default: from the registry, else rerank (env ONNXRANK_TASK)")
-    export.add_argument("--max-length", type=int, default=env_default("max-length", None),
-                        help="tokens per row recorded in the manifest; default 512 for rerankers, the "
-                        "sentence-transformers max_seq_length for embedders (env ONNXRANK_MAX_LENGTH)")
-    export.add_argument("--opset", type=int, default=env_default("opset", DEFAULT_OPSET),
-                        help="ONNX opset (env ONNXRANK_OPSET)")
-    export.add_argument("--variants", default=env_default("variants", ",".join(VARIANT_NAMES)),
-                        help="comma-separated variants to write (env ONNXRANK_VARIANTS)")
-    export.add_argument("--int8-method", choices=("auto", "dynamic", "static"),
-                        default=env_default("int8-method", "auto"),
-                        help="int8 quantization: auto tries dynamic per-channel on all ops, then with "
-                        "the feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, "
-                        "then on attention and embeddings only, keeping the first that meets the "
-                        "thresholds; "
-                        "dynamic or static (QDQ calibrated on the validation pairs) use exactly that "
-                        "recipe on all ops; see docs/export.md (env ONNXRANK_INT8_METHOD)")
-    export.add_argument("--int8-per-tensor", action="store_true",
-                        default=env_default("int8-per-tensor", "") == "1",
-                        help="with --int8-method dynamic/static: one weight scale per tensor instead "
-                        "of per output channel (env ONNXRANK_INT8_PER_TENSOR=1)")
-    export.add_argument("--validation-pairs", type=int, default=env_default("validation-pairs", None),
-                        help="validate on about N pairs (whole query groups) instead of all 320; for "
-                        "quick trial runs (env ONNXRANK_VALIDATION_PAIRS)")
-    export.add_argument("--registry", type=Path,
-                        default=env_default("registry", "models/registry.json"),
-                        help="model registry JSON (env ONNXRANK_REGISTRY)")
-    export.add_argument("--seed", type=int, default=env_default("seed", 0),
-                        help="seed for stand-in weights and head fitting (env ONNXRANK_SEED)")
-    for flag, default, text in THRESHOLD_FLAGS:
-        export.add_argument(f"--{flag}", type=float, default=env_default(flag, default),
-                            help=f"{text} (env ONNXRANK_{flag.upper().replace('-', '_')})")
-    export.add_argument("--quiet", action="store_true", default=env_default("quiet", "") == "1",
-                        help="no progress bar and no summary table (env ONNXRANK_QUIET=1)")
+    add_flag(export, "export", "--model", default=DEFAULT_MODEL,
+             help="Hugging Face Hub id, registry name (see --registry) or local checkpoint directory")
+    add_flag(export, "export", "--out", type=Path, default=None,
+             help="output model directory; default models/NAME")
+    add_flag(export, "export", "--task", choices=("rerank", "embedding"), default=None,
+             help="rerank (one relevance logit) or embedding (pooled, normalised vectors); "
+             "default: from the registry, else rerank")
+    add_flag(export, "export", "--max-length", type=int, default=None,
+             help="tokens per row recorded in the manifest; default 512 for rerankers, the "
+             "sentence-transformers max_seq_length for embedders")
+    add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset")
+    add_flag(export, "export", "--variants", default=",".join(VARIANT_NAMES),
+             help="comma-separated variants to write")
+    add_flag(export, "export", "--int8-method", choices=("auto", "dynamic", "static"),
+             default="auto",
+             help="onnxruntime int8: auto tries dynamic per-channel on all ops, then with the "
+             "feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, then on "
+             "attention and embeddings only, keeping the first that meets the thresholds on the "
+             "tuning pairs; dynamic or static (QDQ calibrated on the calibration pairs) use "
+             "exactly that recipe on all ops; see docs/export.md")
+    add_flag(export, "export", "--int8-per-tensor", action="store_true", default=False,
+             help="with --int8-method dynamic/static: one weight scale per tensor instead of per "
+             "output channel")
+    add_flag(export, "export", "--cls-only-last-layer", action=argparse.BooleanOptionalAction,
+             default=True,
+             help="rerank models: compute the last encoder layer for the [CLS] row only (exact "
+             "up to float rounding, fewer FLOPs); embedding models are never pruned")
+    add_flag(export, "export", "--validation-pairs", type=int, default=None,
+             help="validate on about N pairs (whole query groups of both parts) instead of all "
+             "320; for quick trial runs")
+    add_flag(export, "export", "--registry", type=Path, default=DEFAULT_REGISTRY,
+             help="model registry JSON")
+    add_flag(export, "export", "--seed", type=int, default=0,
+             help="seed for stand-in weights and head fitting")
+    defaults = FidelityThresholds()
+    for spec in fields(FidelityThresholds):
+        add_flag(export, "export", "--" + spec.name.replace("_", "-"), type=float,
+                 default=getattr(defaults, spec.name), help=THRESHOLD_HELP[spec.name])
+    add_flag(export, "export", "--quiet", action="store_true", default=False,
+             help="no progress bar and no summary table")
     export.set_defaults(handler=run_export)
 
     models = subparsers.add_parser(
@@ -105,18 +114,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Show every models-dir/NAME/manifest.json: task, variants, sizes, fidelity.",
         epilog=MODELS_EPILOG, formatter_class=HelpFormatter,
     )
-    listing.add_argument("--models-dir", type=Path, default=env_default("models-dir", "models"),
-                         help="directory holding exported models (env ONNXRANK_MODELS_DIR)")
+    # --models-dir means what it means to every command that loads a model: a global twin
+    add_flag(listing, None, "--models-dir", type=Path, default=Path("models"),
+             help="directory holding exported models")
     listing.set_defaults(handler=run_models_list)
     verify = actions.add_parser(
         "verify", help="re-check a model's file hashes against its manifest",
-        description="Recompute the sha256 of the tokenizer files and every variant of NAME and "
-        "compare them with manifest.json; exits 2 naming the first file that differs.",
+        description="Recompute the sha256 of the tokenizer files and every variant of NAME "
+        "(with an OpenVINO IR's .bin) and compare them with manifest.json; exits 2 naming the "
+        "first file that differs.",
         epilog=MODELS_EPILOG, formatter_class=HelpFormatter,
     )
     verify.add_argument("name", help="model name under --models-dir, or a model directory path")
-    verify.add_argument("--models-dir", type=Path, default=env_default("models-dir", "models"),
-                        help="directory holding exported models (env ONNXRANK_MODELS_DIR)")
+    add_flag(verify, None, "--models-dir", type=Path, default=Path("models"),
+             help="directory holding exported models")
     verify.set_defaults(handler=run_models_verify)
 
 
@@ -133,17 +144,24 @@ def _variants(text: str) -> tuple[str, ...]:
 def _fidelity_summary(task: str, fidelity: dict[str, Any]) -> str:
     if not fidelity.get("validated", True):
         return "not validated on CPU (see manifest)"
+    held_out = fidelity.get("held_out", {})
     if task == "embedding":
-        return f"cos_min {fidelity['cosine_min']:.5f}  spearman {fidelity['spearman']:.4f}"
-    return (f"max|Δ| {fidelity['max_abs_diff']:.2e}  spearman {fidelity['spearman']:.4f}  "
+        text = f"cos_min {fidelity['cosine_min']:.5f}  spearman {fidelity['spearman']:.4f}"
+        if held_out:
+            text += f"  held-out cos_min {held_out['cosine_min']:.5f}"
+        return text
+    text = (f"max|Δ| {fidelity['max_abs_diff']:.2e}  spearman {fidelity['spearman']:.4f}  "
             f"top10 {fidelity['top10_overlap']:.3f}")
+    if held_out:
+        text += f"  held-out spearman {held_out['spearman']:.4f} top10 {held_out['top10_overlap']:.3f}"
+    return text
 
 
 def _spec_table(spec: ModelSpec) -> list[str]:
     lines = []
     for name in [name for name in VARIANT_NAMES if name in spec.variants]:
         variant = spec.variants[name]
-        lines.append(f"  {name:<5} {variant.file:<17} {variant.size_bytes / 1e6:8.1f} MB  "
+        lines.append(f"  {name:<7} {variant.file:<17} {variant.size_bytes / 1e6:8.1f} MB  "
                      f"{_fidelity_summary(spec.task, variant.fidelity)}")
     return lines
 
@@ -152,14 +170,12 @@ def run_export(args: argparse.Namespace) -> int:
     """Handler of `onnxrank export`."""
     from onnxrank.export.pipeline import ExportRequest, export_model
     from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
-    from onnxrank.export.validate import FidelityThresholds
 
     if args.int8_per_tensor and args.int8_method == "auto":
         raise ValueError("--int8-per-tensor needs --int8-method dynamic or static; 'auto' tries "
                          "its own fixed recipes (see docs/export.md)")
     thresholds = FidelityThresholds(**{
-        flag.replace("-", "_"): getattr(args, flag.replace("-", "_")) for flag, _, _ in THRESHOLD_FLAGS
-    })
+        spec.name: getattr(args, spec.name) for spec in fields(FidelityThresholds)})
     request = ExportRequest(
         model=args.model,
         out_dir=args.out,
@@ -170,6 +186,7 @@ def run_export(args: argparse.Namespace) -> int:
         thresholds=thresholds,
         int8=DEFAULT_INT8_RECIPES if args.int8_method == "auto" else (
             Int8Settings(method=args.int8_method, per_channel=not args.int8_per_tensor),),
+        cls_only_last_layer=args.cls_only_last_layer,
         validation_pairs=args.validation_pairs,
         registry_path=args.registry,
         seed=args.seed,
@@ -213,6 +230,7 @@ def run_models_verify(args: argparse.Namespace) -> int:
     model_dir = candidate if candidate.is_dir() else Path(args.models_dir) / args.name
     spec = load_model_spec(model_dir)
     verify_files(spec, model_dir)
-    count = len(spec.variants) + len(spec.tokenizer_files) + 1
+    count = (len(spec.variants) + len(spec.tokenizer_files) + 1
+             + sum(len(variant.extra_files) for variant in spec.variants.values()))
     print(f"{spec.name}: {count} files match manifest.json ({', '.join(spec.variants)})")
     return 0

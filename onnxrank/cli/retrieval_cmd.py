@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from onnxrank.cli.common import HelpFormatter, env_default
-from onnxrank.errors import ModelLoadError
+from onnxrank.cli.common import HelpFormatter
+from onnxrank.cli.options import (
+    DEFAULT_MODELS_DIR,
+    add_engine_options,
+    add_flag,
+    engine_overrides,
+    load_reranker,
+)
+from onnxrank.engine.config import DEVICES, EngineConfig
+from onnxrank.rerankers.base import DEFAULT_ON_ERROR, DEFAULT_TIMEOUT_S, ON_ERRORS
+from onnxrank.rerankers.llm import CHAT_APIS, DEFAULT_MAX_CONCURRENCY
+from onnxrank.rerankers.registry import BACKEND_NAMES, DEFAULT_BACKEND
+from onnxrank.retrieval.compression import (
+    COMPRESSION_METHODS,
+    DEFAULT_MAX_SEGMENTS,
+    DEFAULT_SEGMENT_TOKENS,
+)
+from onnxrank.retrieval.dense import HnswSettings
+from onnxrank.retrieval.eval import DEFAULT_EVAL_RERANK_TOP_N, EVAL_CHUNK_WORDS, EVAL_MODES
+from onnxrank.retrieval.fusion import DEFAULT_RRF_K
+from onnxrank.retrieval.hybrid import DEFAULT_DEPTH, DEFAULT_K
+from onnxrank.retrieval.indexer import DEFAULT_CHUNK_WORDS, DEFAULT_EMBEDDER, DEFAULT_OVERLAP_WORDS
+from onnxrank.retrieval.results import MODES
 
 logger = logging.getLogger(__name__)
 
@@ -22,288 +43,209 @@ INDEX_EPILOG = """example:
 QUERY_EPILOG = """example:
   onnxrank query "how are int8 models validated" --index indexes/docs --mode hybrid \\
       --rerank --model minilm-standin --k 5
-  onnxrank query "wing lift" --index indexes/papers --filter '{"year": {"gte": 1960}}' --json
+  onnxrank query "wing lift" --index indexes/papers --reranker cohere \\
+      --reranker-url http://127.0.0.1:8080 --json
+  onnxrank query "wing lift" --index indexes/papers --rerank --compress
 """
 EVAL_EPILOG = """example:
-  onnxrank eval --dataset ../shared/data/cranfield --index indexes/cranfield \\
-      --modes vector,lexical,hybrid --out reports/cranfield
+  onnxrank eval --dataset cranfield-sample --index indexes/cranfield-sample \\
+      --modes vector,lexical,hybrid --out reports/sample
   onnxrank eval --dataset ../shared/data/cacm --index indexes/cacm --max-queries 20
 """
-STANDIN_NOTE = (
-    "note: reranker {name!r} is not relevance-trained (manifest relevance_trained=false); "
-    "its scores are not relevance scores and the reranked order is not a quality result"
-)
-
-
-def _env_bool(flag: str, default: bool) -> bool:
-    value = env_default(flag, None)
-    if value is None:
-        return default
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
-def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--models-dir",
-        default=env_default("models-dir", "models"),
-        help="where model names are looked up (env ONNXRANK_MODELS_DIR)",
-    )
-    parser.add_argument(
-        "--device",
-        default=env_default("device", "auto"),
-        choices=["auto", "cpu", "cuda"],
-        help="device for the models (env ONNXRANK_DEVICE)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=env_default("threads", None),
-        help="intra-op threads per model; default: all usable CPUs (env ONNXRANK_THREADS)",
-    )
+HNSW_DEFAULTS = HnswSettings()
+ENGINE_DEFAULTS = EngineConfig()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `index`, `query` and `eval` to the top-level parser."""
+    _register_index(subparsers)
+    _register_query(subparsers)
+    _register_eval(subparsers)
+
+
+def _add_embedder_runtime_flags(parser: argparse.ArgumentParser) -> None:
+    """--models-dir, --device, --threads for commands that only embed (global engine twins)."""
+    add_flag(parser, None, "--models-dir", default=DEFAULT_MODELS_DIR, help="where model names are looked up")
+    add_flag(parser, None, "--device", default=ENGINE_DEFAULTS.device, choices=DEVICES,
+             help="where inference runs")
+    add_flag(parser, None, "--threads", type=int, default=ENGINE_DEFAULTS.threads,
+             help="intra-op threads; default: the CPUs this process may use")
+
+
+def _register_index(subparsers: argparse._SubParsersAction) -> None:
+    command = "index"
     index = subparsers.add_parser(
-        "index",
+        command,
         help="build or update a hybrid (FTS5 + HNSW) index",
         epilog=INDEX_EPILOG,
         formatter_class=HelpFormatter,
         description="Index a folder of .txt/.md files or a JSONL file; re-runs are incremental.",
     )
-    index.add_argument(
-        "--source",
-        required=env_default("source", None) is None,
-        default=env_default("source", None),
-        help="folder of .txt/.md files, or a .jsonl of {id, title, text, metadata} records "
-        "(env ONNXRANK_SOURCE)",
-    )
-    index.add_argument(
-        "--index",
-        required=env_default("index", None) is None,
-        default=env_default("index", None),
-        help="index directory (env ONNXRANK_INDEX)",
-    )
-    index.add_argument(
-        "--embedder",
-        default=env_default("embedder", "minilm-embedder"),
-        help="embedding model name under --models-dir, or a path (env ONNXRANK_EMBEDDER)",
-    )
-    index.add_argument(
-        "--precision",
-        default=env_default("precision", "auto"),
-        choices=["auto", "fp32", "opt", "int8", "fp16"],
-        help="embedder variant; auto = int8 on CPU (env ONNXRANK_PRECISION)",
-    )
-    index.add_argument(
-        "--chunk-words",
-        type=int,
-        default=env_default("chunk-words", 400),
-        help="words per chunk, about 520 MiniLM tokens (env ONNXRANK_CHUNK_WORDS)",
-    )
-    index.add_argument(
-        "--overlap-words",
-        type=int,
-        default=env_default("overlap-words", 80),
-        help="words shared by consecutive chunks (env ONNXRANK_OVERLAP_WORDS)",
-    )
-    index.add_argument(
-        "--hnsw-m",
-        type=int,
-        default=env_default("hnsw-m", 16),
-        help="HNSW links per node, fixed at creation (env ONNXRANK_HNSW_M)",
-    )
-    index.add_argument(
-        "--ef-construction",
-        type=int,
-        default=env_default("ef-construction", 200),
-        help="HNSW build beam, fixed at creation (env ONNXRANK_EF_CONSTRUCTION)",
-    )
-    index.add_argument(
-        "--ef-search",
-        type=int,
-        default=env_default("ef-search", 200),
-        help="HNSW query beam stored as the index default (env ONNXRANK_EF_SEARCH)",
-    )
-    index.add_argument(
-        "--reconcile",
-        action=argparse.BooleanOptionalAction,
-        default=None if env_default("reconcile", None) is None else _env_bool("reconcile", True),
-        help="remove documents missing from the source; default: on for folders, "
-        "off for JSONL (env ONNXRANK_RECONCILE)",
-    )
-    index.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("progress", sys.stderr.isatty()),
-        help="show a progress bar; default: when stderr is a terminal (env ONNXRANK_PROGRESS)",
-    )
-    _add_model_flags(index)
+    add_flag(index, command, "--source", required=True,
+             help="folder of .txt/.md files, or a .jsonl of {id, title, text, metadata} records")
+    add_flag(index, command, "--index", required=True, help="index directory")
+    add_flag(index, command, "--embedder", default=DEFAULT_EMBEDDER,
+             help="embedding model name under --models-dir, or a path")
+    add_flag(index, None, "--precision", default=ENGINE_DEFAULTS.precision,
+             choices=["auto", "fp32", "opt", "int8", "fp16"],
+             help="embedder variant; auto = the fastest variant that passed the export's gate")
+    add_flag(index, command, "--chunk-words", type=int, default=DEFAULT_CHUNK_WORDS,
+             help="words per chunk (400 words are about 520 MiniLM tokens)")
+    add_flag(index, command, "--overlap-words", type=int, default=DEFAULT_OVERLAP_WORDS,
+             help="words shared by consecutive chunks")
+    add_flag(index, command, "--hnsw-m", type=int, default=HNSW_DEFAULTS.M,
+             help="HNSW links per node, fixed at creation")
+    add_flag(index, command, "--ef-construction", type=int, default=HNSW_DEFAULTS.ef_construction,
+             help="HNSW build beam, fixed at creation")
+    add_flag(index, command, "--ef-search", type=int, default=HNSW_DEFAULTS.ef_search,
+             help="HNSW query beam stored as the index default")
+    add_flag(index, command, "--reconcile", action=argparse.BooleanOptionalAction, default=None,
+             help="remove documents missing from the source; default: on for folders, off for JSONL")
+    add_flag(index, command, "--progress", action=argparse.BooleanOptionalAction,
+             default=sys.stderr.isatty(), help="show a progress bar; default: when stderr is a terminal")
+    _add_embedder_runtime_flags(index)
     index.set_defaults(handler=run_index)
 
+
+def add_reranker_options(parser: argparse.ArgumentParser) -> None:
+    """--reranker and the options of its backends (global twins: one meaning in every command)."""
+    # add_flag takes a parser; an argument group has the same add_argument
+    group = cast(argparse.ArgumentParser,
+                 parser.add_argument_group("reranker backend (same meaning in every command)"))
+    add_flag(group, None, "--reranker", default=None, choices=BACKEND_NAMES,
+             help=f"rerank backend; default: {DEFAULT_BACKEND}. local: --model in this process; "
+                  "cohere: a Cohere v2 rerank endpoint (Cohere, onnxrank serve); llm: a chat model's "
+                  "0-10 ratings; none: the fused order")
+    add_flag(group, None, "--reranker-url", default=None,
+             help="cohere: endpoint root (default: Cohere's API); llm: the root holding "
+                  "/chat/completions (openai) or /api/chat (ollama)")
+    add_flag(group, None, "--reranker-model", default=None,
+             help="cohere/llm: model name sent to the endpoint (local uses --model)")
+    add_flag(group, None, "--reranker-api", default="openai", choices=CHAT_APIS,
+             help="llm: chat API shape")
+    add_flag(group, None, "--reranker-api-key", default=None,
+             help="cohere/llm: API key (cohere also reads COHERE_API_KEY / CO_API_KEY)")
+    add_flag(group, None, "--reranker-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+             help="cohere/llm: total seconds per rerank call")
+    add_flag(group, None, "--reranker-concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY,
+             help="llm: chat requests in flight")
+    add_flag(group, None, "--on-error", default=DEFAULT_ON_ERROR, choices=ON_ERRORS,
+             help="fallback: keep the fused order (reranked=false) with one warning when the "
+                  "backend cannot rerank; raise: fail the command")
+
+
+def make_backend(args: argparse.Namespace) -> Any:
+    """The rerank backend the flags describe (the local model is loaded on first use)."""
+    from onnxrank.rerankers import make_reranker
+
+    name = args.reranker or DEFAULT_BACKEND
+    overrides = engine_overrides(args)
+    return make_reranker(
+        name,
+        model=args.model if name == "local" else args.reranker_model,
+        models_dir=args.models_dir,
+        config=EngineConfig().with_overrides(**overrides) if overrides else None,
+        base_url=args.reranker_url,
+        api_key=args.reranker_api_key,
+        api=args.reranker_api,
+        timeout_s=args.reranker_timeout,
+        max_concurrency=args.reranker_concurrency,
+        on_error=args.on_error,
+    )
+
+
+def _register_query(subparsers: argparse._SubParsersAction) -> None:
+    command = "query"
     query = subparsers.add_parser(
-        "query",
+        command,
         help="search an index (vector, lexical or hybrid, optionally reranked)",
         epilog=QUERY_EPILOG,
         formatter_class=HelpFormatter,
         description="Search an index built by `onnxrank index` and print a table or JSON.",
     )
     query.add_argument("text", help="the query")
-    query.add_argument(
-        "--index",
-        required=env_default("index", None) is None,
-        default=env_default("index", None),
-        help="index directory (env ONNXRANK_INDEX)",
-    )
-    query.add_argument(
-        "--mode",
-        default=env_default("mode", "hybrid"),
-        choices=["vector", "lexical", "hybrid"],
-        help="retrieval mode (env ONNXRANK_MODE)",
-    )
-    query.add_argument("--k", type=int, default=env_default("k", 10), help="hits to show (env ONNXRANK_K)")
-    query.add_argument(
-        "--filter",
-        default=env_default("filter", None),
-        help='metadata filters as JSON, e.g. \'{"topic": "aero", "year": {"gte": 1960}}\' '
-        "(env ONNXRANK_FILTER)",
-    )
-    query.add_argument(
-        "--depth",
-        type=int,
-        default=env_default("depth", None),
-        help="candidates per side; default max(100, k, rerank-top-n) (env ONNXRANK_DEPTH)",
-    )
-    query.add_argument(
-        "--rrf-k",
-        type=int,
-        default=env_default("rrf-k", 60),
-        help="reciprocal rank fusion offset (env ONNXRANK_RRF_K)",
-    )
-    query.add_argument(
-        "--rerank",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("rerank", False),
-        help="rerank the top fused candidates with --model (env ONNXRANK_RERANK)",
-    )
-    query.add_argument(
-        "--model",
-        default=env_default("model", "minilm-standin"),
-        help="rerank model name under --models-dir, or a path (env ONNXRANK_MODEL)",
-    )
-    query.add_argument(
-        "--rerank-top-n",
-        type=int,
-        default=env_default("rerank-top-n", None),
-        help="fused candidates to rerank; default max(5*k, 50) (env ONNXRANK_RERANK_TOP_N)",
-    )
-    query.add_argument(
-        "--deadline-ms",
-        type=float,
-        default=env_default("deadline-ms", None),
-        help="rerank time budget; unscored candidates keep fused order (env ONNXRANK_DEADLINE_MS)",
-    )
-    query.add_argument(
-        "--on-error",
-        default=env_default("on-error", "raise"),
-        choices=["raise", "fallback"],
-        help="fallback: keep the fused order (reranked=false) if the rerank model "
-        "fails to load or run (env ONNXRANK_ON_ERROR)",
-    )
-    query.add_argument(
-        "--embedder",
-        default=env_default("embedder", None),
-        help="query embedder; default: the one recorded in the index (env ONNXRANK_EMBEDDER)",
-    )
-    query.add_argument(
-        "--json",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("json", False),
-        help="print a JSON payload instead of a table (env ONNXRANK_JSON)",
-    )
-    _add_model_flags(query)
+    add_flag(query, command, "--index", required=True, help="index directory")
+    add_flag(query, command, "--mode", default="hybrid", choices=MODES, help="retrieval mode")
+    add_flag(query, command, "--k", type=int, default=DEFAULT_K, help="hits to show")
+    add_flag(query, command, "--filter", default=None,
+             help='metadata filters as JSON, e.g. \'{"topic": "aero", "year": {"gte": 1960}}\'')
+    add_flag(query, command, "--depth", type=int, default=None,
+             help=f"candidates per side; default max({DEFAULT_DEPTH}, k, rerank-top-n)")
+    add_flag(query, command, "--rrf-k", type=int, default=DEFAULT_RRF_K,
+             help="reciprocal rank fusion offset")
+    add_flag(query, command, "--rerank", action=argparse.BooleanOptionalAction, default=None,
+             help="rerank the top fused candidates; default: on when --reranker is given")
+    add_flag(query, command, "--rerank-top-n", type=int, default=None,
+             help="fused candidates to rerank; default max(5*k, 50)")
+    add_flag(query, command, "--deadline-ms", type=float, default=None,
+             help="rerank time budget; local: unscored candidates keep the fused order; remote: "
+                  "the call gives up and keeps the fused order")
+    add_flag(query, command, "--embedder", default=None,
+             help="query embedder; default: the one recorded in the index")
+    add_flag(query, command, "--json", action=argparse.BooleanOptionalAction, default=False,
+             help="print a JSON payload instead of a table")
+    add_flag(query, command, "--compress", action=argparse.BooleanOptionalAction, default=False,
+             help="print each hit's best segments instead of the whole chunk")
+    add_flag(query, command, "--compress-method", default="auto", choices=COMPRESSION_METHODS,
+             help="model: the local cross-encoder scores token windows; keywords: query-word "
+                  "overlap; auto: model when the local reranker is loaded, else keywords")
+    add_flag(query, command, "--max-segments", type=int, default=DEFAULT_MAX_SEGMENTS,
+             help="segments kept per hit with --compress")
+    add_flag(query, command, "--segment-tokens", type=int, default=DEFAULT_SEGMENT_TOKENS,
+             help="tokens per segment with --compress (words in keyword mode without a model)")
+    add_reranker_options(query)
+    add_engine_options(query)
     query.set_defaults(handler=run_query)
 
+
+def _register_eval(subparsers: argparse._SubParsersAction) -> None:
+    command = "eval"
     evaluate = subparsers.add_parser(
-        "eval",
+        command,
         help="nDCG/MRR/Recall/MAP and latency of each retrieval mode on a dataset",
         epilog=EVAL_EPILOG,
         formatter_class=HelpFormatter,
         description="Evaluate an index on corpus.jsonl/queries.jsonl/qrels.tsv; indexes the "
         "corpus first (one chunk per document) when --index does not exist.",
     )
-    evaluate.add_argument(
-        "--dataset",
-        required=env_default("dataset", None) is None,
-        default=env_default("dataset", None),
-        help="dataset directory with corpus.jsonl, queries.jsonl, qrels.tsv (env ONNXRANK_DATASET)",
-    )
-    evaluate.add_argument(
-        "--index",
-        required=env_default("index", None) is None,
-        default=env_default("index", None),
-        help="index directory (env ONNXRANK_INDEX)",
-    )
-    evaluate.add_argument(
-        "--modes",
-        default=env_default("modes", "vector,lexical,hybrid,hybrid+rerank"),
-        help="comma-separated modes: vector, lexical, hybrid, hybrid+rerank (env ONNXRANK_MODES)",
-    )
-    evaluate.add_argument(
-        "--k",
-        type=int,
-        default=env_default("k", 10),
-        help="cutoff of nDCG, MRR and Recall (env ONNXRANK_K)",
-    )
-    evaluate.add_argument(
-        "--model",
-        default=env_default("model", "minilm-standin"),
-        help="rerank model for hybrid+rerank (env ONNXRANK_MODEL)",
-    )
-    evaluate.add_argument(
-        "--rerank-top-n",
-        type=int,
-        default=env_default("rerank-top-n", 50),
-        help="fused candidates reranked per query (env ONNXRANK_RERANK_TOP_N)",
-    )
-    evaluate.add_argument(
-        "--max-queries",
-        type=int,
-        default=env_default("max-queries", None),
-        help="evaluate only the first N judged queries (env ONNXRANK_MAX_QUERIES)",
-    )
-    evaluate.add_argument(
-        "--embedder",
-        default=env_default("embedder", "minilm-embedder"),
-        help="embedder used when this command builds the index (env ONNXRANK_EMBEDDER)",
-    )
-    evaluate.add_argument(
-        "--chunk-words",
-        type=int,
-        default=env_default("chunk-words", 1000),
-        help="words per chunk when this command builds the index; 1000 keeps each "
-        "abstract in one chunk (env ONNXRANK_CHUNK_WORDS)",
-    )
-    evaluate.add_argument(
-        "--out",
-        default=env_default("out", None),
-        help="directory for eval.json and eval.md; default INDEX/eval (env ONNXRANK_OUT)",
-    )
-    _add_model_flags(evaluate)
+    add_flag(evaluate, command, "--dataset", required=True,
+             help="dataset directory with corpus.jsonl, queries.jsonl, qrels.tsv, or the name of "
+                  "the shipped sample, cranfield-sample")
+    add_flag(evaluate, command, "--index", required=True, help="index directory")
+    add_flag(evaluate, command, "--modes", default=",".join(EVAL_MODES),
+             help=f"comma-separated modes: {', '.join(EVAL_MODES)}")
+    add_flag(evaluate, command, "--k", type=int, default=DEFAULT_K, help="cutoff of nDCG, MRR and Recall")
+    add_flag(evaluate, command, "--rerank-top-n", type=int, default=DEFAULT_EVAL_RERANK_TOP_N,
+             help="fused candidates reranked per query")
+    add_flag(evaluate, command, "--max-queries", type=int, default=None,
+             help="evaluate only the first N judged queries")
+    add_flag(evaluate, command, "--embedder", default=DEFAULT_EMBEDDER,
+             help="embedder used when this command builds the index")
+    add_flag(evaluate, command, "--chunk-words", type=int, default=EVAL_CHUNK_WORDS,
+             help="words per chunk when this command builds the index; the default keeps each "
+                  "abstract in one chunk")
+    add_flag(evaluate, command, "--out", default=None,
+             help="directory for eval.json and eval.md; default INDEX/eval")
+    add_reranker_options(evaluate)
+    add_engine_options(evaluate)
     evaluate.set_defaults(handler=run_eval)
+
+
+def _embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Device and threads for the embedder, when the user set them."""
+    return {name: getattr(args, name) for name in ("device", "threads")
+            if getattr(args, name, None) is not None}
 
 
 def run_index(args: argparse.Namespace) -> int:
     """Handler of `onnxrank index`."""
+    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import Embedder, build_index
-    from onnxrank.retrieval.dense import HnswSettings
-    from onnxrank.retrieval.embedder import resolve_model_dir
 
     embedder = Embedder.from_dir(
         resolve_model_dir(args.embedder, args.models_dir),
-        device=args.device,
         precision=args.precision,
-        threads=args.threads,
+        **_embedder_overrides(args),
     )
     report = build_index(
         args.source,
@@ -324,76 +266,53 @@ def run_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_reranker(args: argparse.Namespace) -> Any:
-    from onnxrank.engine.reranker import Reranker
-
+def _parse_filter(text: str | None) -> dict[str, Any] | None:
     try:
-        return Reranker.from_pretrained(
-            args.model, models_dir=args.models_dir, device=args.device, threads=args.threads
-        )
-    except ModelLoadError as err:
-        if getattr(args, "on_error", "raise") != "fallback":
-            raise
-        print(
-            f"warning: rerank model failed to load ({err}); keeping the fused order",
-            file=sys.stderr,
-        )
-        return None
+        filters = json.loads(text) if text else None
+    except ValueError as err:
+        raise ValueError(f"--filter must be a JSON object, got {text!r}: {err}") from err
+    if filters is not None and not isinstance(filters, dict):
+        raise ValueError(f"--filter must be a JSON object, got {text!r}")
+    return filters
+
+
+def _wants_rerank(args: argparse.Namespace) -> bool:
+    return args.rerank if args.rerank is not None else args.reranker is not None
 
 
 def run_query(args: argparse.Namespace) -> int:
     """Handler of `onnxrank query`."""
     from onnxrank.retrieval import HybridRetriever
 
-    try:
-        filters = json.loads(args.filter) if args.filter else None
-    except ValueError as err:
-        raise ValueError(f"--filter must be a JSON object, got {args.filter!r}: {err}") from err
-    if filters is not None and not isinstance(filters, dict):
-        raise ValueError(f"--filter must be a JSON object, got {args.filter!r}")
+    filters = _parse_filter(args.filter)
     retriever = HybridRetriever.open(
-        args.index,
-        embedder=args.embedder,
-        models_dir=args.models_dir,
-        device=args.device,
-        threads=args.threads,
+        args.index, embedder=args.embedder, models_dir=args.models_dir, **_embedder_overrides(args)
     )
-    reranker = _load_reranker(args) if args.rerank else None
-    notes = []
-    if reranker is not None and not reranker.spec.relevance_trained:
-        notes.append(STANDIN_NOTE.format(name=reranker.spec.name))
-    result = retriever.search_detailed(
-        args.text,
-        args.k,
-        mode=args.mode,
-        filters=filters,
-        depth=args.depth,
-        rrf_k=args.rrf_k,
-        rerank=args.rerank,
-        reranker=reranker,
-        rerank_top_n=args.rerank_top_n,
-        rerank_deadline_ms=args.deadline_ms,
-        rerank_on_error=args.on_error,
-    )
-    if args.rerank and reranker is None:
-        notes.append("note: no rerank model could be loaded; hits are in fused order (reranked=false)")
+    try:
+        rerank = _wants_rerank(args)
+        backend = make_backend(args) if rerank else None
+        result = retriever.search_detailed(
+            args.text,
+            args.k,
+            mode=args.mode,
+            filters=filters,
+            depth=args.depth,
+            rrf_k=args.rrf_k,
+            rerank=rerank,
+            reranker=backend,
+            rerank_top_n=args.rerank_top_n,
+            rerank_deadline_ms=args.deadline_ms,
+        )
+    finally:
+        retriever.close()
+    if args.compress:
+        result = _compress(args, result, backend)
     if args.json:
-        payload = {
-            "query": args.text,
-            "k": args.k,
-            "mode": args.mode,
-            "filters": filters,
-            "rerank": args.rerank,
-            "reranker": None if reranker is None else reranker.spec.name,
-            "notes": notes,
-            "timings_ms": asdict(result.timings),
-            "results": [asdict(hit) for hit in result.hits],
-        }
-        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0
-    for note in notes:
+    for note in result.notes:
         print(note)
-    print(_hits_table(result.hits, rerank=args.rerank))
+    print(_hits_table(result))
     timings = result.timings
     print(
         f"({len(result.hits)} hits; lexical {timings.lexical_ms:.1f} ms, dense "
@@ -403,42 +322,77 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hits_table(hits: list[Any], *, rerank: bool) -> str:
+def _compress(args: argparse.Namespace, result: Any, backend: Any) -> Any:
+    """The search result with each hit's best segments (see onnxrank.retrieval.compression)."""
+    from onnxrank.errors import MissingDependencyError, ModelLoadError
+    from onnxrank.rerankers import LocalReranker
+    from onnxrank.retrieval.compression import compress
+
+    reranker = None
+    if args.compress_method == "model":
+        reranker = backend.load() if isinstance(backend, LocalReranker) else load_reranker(args)
+    elif args.compress_method == "auto" and isinstance(backend, LocalReranker):
+        try:
+            reranker = backend.load()
+        except (ModelLoadError, MissingDependencyError):
+            reranker = None  # the search already warned; keywords need no model
+    compressed = compress(
+        args.text,
+        [hit.text for hit in result.hits],
+        max_segments=args.max_segments,
+        segment_tokens=args.segment_tokens,
+        reranker=reranker,
+        method=args.compress_method,
+    )
+    return dataclasses.replace(result, compressed=tuple(compressed))
+
+
+def _hits_table(result: Any) -> str:
+    rerank = result.reranker is not None
     header = f"{'#':>3} {'lex':>4} {'dense':>5} {'rrf':>7}"
     if rerank:
         header += f" {'rerank':>7}"
     header += "  source / text"
     lines = [header, "-" * 100]
-    for hit in hits:
+    for position, hit in enumerate(result.hits):
         line = (
             f"{hit.final_rank:>3} {hit.lexical_rank or '-':>4} {hit.dense_rank or '-':>5} "
             f"{hit.rrf_score:>7.4f}"
         )
         if rerank:
             line += f" {hit.rerank_score:>7.3f}" if hit.rerank_score is not None else f" {'-':>7}"
-        snippet = " ".join(hit.text.split())[:80]
         lines.append(f"{line}  {hit.source}#{hit.chunk_index}  {hit.title[:40]}")
-        lines.append(f"{'':>{len(line)}}  {snippet}")
+        indent = " " * len(line)
+        if result.compressed is None:
+            lines.append(f"{indent}  {' '.join(hit.text.split())[:80]}")
+            continue
+        compressed = result.compressed[position]
+        if not compressed.segments:
+            lines.append(f"{indent}  (no segment matched the query)")
+        for segment in compressed.segments:
+            lines.append(f"{indent}  [{segment.start}:{segment.end}] {' '.join(segment.text.split())}")
+        lines.append(
+            f"{indent}  ({compressed.method}: kept {compressed.kept_tokens} of "
+            f"{compressed.document_tokens} {compressed.unit})"
+        )
     return "\n".join(lines)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     """Handler of `onnxrank eval`."""
+    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import Embedder, HybridRetriever, build_index
-    from onnxrank.retrieval.embedder import resolve_model_dir
-    from onnxrank.retrieval.eval import EVAL_MODES, evaluate, load_dataset
+    from onnxrank.retrieval.eval import evaluate, load_dataset
 
-    dataset = load_dataset(args.dataset)
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in EVAL_MODES]
-    if unknown:
+    if unknown or not modes:
         raise ValueError(f"--modes has unknown modes {unknown}; allowed: {', '.join(EVAL_MODES)}")
+    dataset = load_dataset(args.dataset)
     index_dir = Path(args.index)
     if not (index_dir / "index.sqlite").exists():
         embedder = Embedder.from_dir(
-            resolve_model_dir(args.embedder, args.models_dir),
-            device=args.device,
-            threads=args.threads,
+            resolve_model_dir(args.embedder, args.models_dir), **_embedder_overrides(args)
         )
         report = build_index(
             dataset.corpus_path,
@@ -451,17 +405,20 @@ def run_eval(args: argparse.Namespace) -> int:
             f"indexed {dataset.corpus_path}: {report.documents} documents, "
             f"{report.chunks} chunks in {report.seconds:.1f} s"
         )
-    retriever = HybridRetriever.open(index_dir, device=args.device, threads=args.threads)
-    reranker = _load_reranker(args) if "hybrid+rerank" in modes else None
-    result = evaluate(
-        retriever,
-        dataset,
-        modes=modes,
-        k=args.k,
-        reranker=reranker,
-        rerank_top_n=args.rerank_top_n,
-        max_queries=args.max_queries,
-    )
+    retriever = HybridRetriever.open(index_dir, models_dir=args.models_dir, **_embedder_overrides(args))
+    try:
+        backend = make_backend(args) if "hybrid+rerank" in modes else None
+        result = evaluate(
+            retriever,
+            dataset,
+            modes=modes,
+            k=args.k,
+            reranker=backend,
+            rerank_top_n=args.rerank_top_n,
+            max_queries=args.max_queries,
+        )
+    finally:
+        retriever.close()
     out = Path(args.out) if args.out else index_dir / "eval"
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -473,3 +430,4 @@ def run_eval(args: argparse.Namespace) -> int:
     print(result.to_table())
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
+

@@ -1,4 +1,9 @@
-"""The export pipeline: load -> ONNX fp32 -> fused -> int8 -> fp16 -> validate -> manifest, atomically."""
+"""The export pipeline: load -> ONNX fp32 ([CLS]-pruned) -> fused -> fp16 -> int8 -> OpenVINO int8
+-> validate -> manifest, written atomically.
+
+`export_model` runs the steps top to bottom in `_export_into`; each step ticks the progress bar
+as it starts.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,15 +20,24 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
-from onnxrank.errors import ExportError, FidelityError
+from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.onnx import DEFAULT_OPSET, export_onnx
 from onnxrank.export.optimize import convert_fp16, optimize_transformer
+from onnxrank.export.prune import cls_only_model, cls_only_support
 from onnxrank.export.quantize import (
     DEFAULT_INT8_RECIPES,
     Int8Settings,
     distinct_recipes,
     quantize_int8,
+)
+from onnxrank.export.quantize_openvino import (
+    DEFAULT_OV_INT8_RECIPES,
+    OvInt8Settings,
+    distinct_ov_recipes,
+    quantize_openvino_int8,
+    weights_path,
 )
 from onnxrank.export.source import (
     DEFAULT_MODEL,
@@ -35,23 +49,32 @@ from onnxrank.export.source import (
 )
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
 from onnxrank.export.validate import (
+    HELD_OUT,
     FidelityThresholds,
     ValidationInputs,
     batch_dependence,
     check_thresholds,
     compare,
     encode_validation,
+    load_calibration_pairs,
     load_validation_pairs,
-    open_session,
     run_batches,
-    session_runner,
+    threshold_failures,
 )
 
 logger = logging.getLogger(__name__)
 
 VARIANT_FILES = {"fp32": "model.onnx", "opt": "model_opt.onnx", "int8": "model_int8.onnx",
-                 "fp16": "model_fp16.onnx"}
-VARIANT_PRECISION = {"fp32": "fp32", "opt": "fp32", "int8": "int8", "fp16": "fp16"}
+                 "fp16": "model_fp16.onnx", "ov_int8": "model_ov_int8.xml"}
+VARIANT_PRECISION = {"fp32": "fp32", "opt": "fp32", "int8": "int8", "fp16": "fp16",
+                     "ov_int8": "int8"}
+# how validation opens each variant: (backend, precision) as the engine's runtime layer names them
+VARIANT_RUNTIME = {"fp32": ("onnxruntime", "fp32"), "opt": ("onnxruntime", "opt"),
+                   "int8": ("onnxruntime", "int8"), "fp16": ("onnxruntime", "fp16"),
+                   "ov_int8": ("openvino", "int8")}
+# OpenVINO bf16 runs model.onnx, so its record lives in the fp32 variant's fidelity under this key
+# (onnxrank.engine.runtime reads it)
+OPENVINO_BF16_KEY = "openvino_bf16"
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
 DEFAULT_MAX_LENGTH = 512
@@ -73,11 +96,17 @@ class ExportRequest:
         max_length: Token limit per row recorded in the manifest; None = 512 for rerankers, the
             sentence-transformers max_seq_length for embedders; capped by the position embeddings.
         opset: ONNX opset of the export.
-        variants: Variants to keep (fp32, opt, int8, fp16).
-        thresholds: Fidelity thresholds; a variant below them fails the export.
-        int8: int8 recipes, tried in order until one meets the thresholds (the manifest records
-            every attempt).
-        validation_pairs: Validate on about this many pairs (whole query groups); None = all 320.
+        variants: Variants to keep (fp32, opt, int8, fp16, ov_int8).
+        thresholds: Fidelity thresholds; a variant below them on the tuning or the held-out
+            validation pairs fails the export.
+        int8: onnxruntime int8 recipes, tried in order until one meets the thresholds on the
+            tuning pairs (the manifest records every attempt).
+        ov_int8: OpenVINO int8 recipes, tried the same way.
+        cls_only_last_layer: Rerank models: compute the last encoder layer for the [CLS] row only
+            (exact up to float rounding; see onnxrank.export.prune). Embedding models are never
+            pruned: mean pooling reads every row.
+        validation_pairs: Validate on about this many pairs (whole query groups of both parts);
+            None = all 320.
         registry_path: models/registry.json.
         seed: Seed for stand-in weights and head fitting.
     """
@@ -90,6 +119,8 @@ class ExportRequest:
     variants: tuple[str, ...] = VARIANT_NAMES
     thresholds: FidelityThresholds = field(default_factory=FidelityThresholds)
     int8: tuple[Int8Settings, ...] = DEFAULT_INT8_RECIPES
+    ov_int8: tuple[OvInt8Settings, ...] = DEFAULT_OV_INT8_RECIPES
+    cls_only_last_layer: bool = True
     validation_pairs: int | None = None
     registry_path: Path = DEFAULT_REGISTRY
     seed: int = 0
@@ -105,6 +136,8 @@ class ExportRequest:
             raise ValueError(f"task must be 'rerank' or 'embedding', got {self.task!r}")
         if not self.int8:
             raise ValueError("int8 needs at least one recipe (Int8Settings)")
+        if not self.ov_int8:
+            raise ValueError("ov_int8 needs at least one recipe (OvInt8Settings)")
         if self.max_length is not None and self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
 
@@ -117,22 +150,20 @@ class ExportResult:
     spec: ModelSpec
 
 
-class _Steps:
-    """Named export steps, optionally shown as a tqdm bar."""
+class _Progress:
+    """Logs each step as it starts and ticks a tqdm bar (when shown) that names it."""
 
-    def __init__(self, names: Sequence[str], show_progress: bool) -> None:
+    def __init__(self, show: bool) -> None:
+        self.show = show
         self._bar = None
-        if show_progress:
+        if show:
             tqdm = require("tqdm", extra="export").tqdm
-            self._bar = tqdm(total=len(names), desc="export", unit="step")
+            self._bar = tqdm(desc="export", unit="step")
 
-    def __call__(self, name: str) -> None:
+    def step(self, name: str) -> None:
         logger.info("export step: %s", name)
         if self._bar is not None:
-            self._bar.set_postfix_str(name)
-
-    def done(self) -> None:
-        if self._bar is not None:
+            self._bar.set_postfix_str(name, refresh=False)
             self._bar.update(1)
 
     def close(self) -> None:
@@ -145,7 +176,7 @@ def _versions() -> dict[str, str]:
 
     versions = {}
     for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime", "optimum",
-                    "optimum-onnx", "sentence-transformers", "tokenizers"):
+                    "optimum-onnx", "sentence-transformers", "tokenizers", "openvino", "nncf"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -202,22 +233,23 @@ def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) 
 
 
 def _reference_runner(loaded: LoadedModel, task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
     torch = require("torch", extra="export")
+    names = loaded.input_names
     if task == "rerank":
         from onnxrank.export.onnx import graph_module
 
-        wrapper = graph_module(loaded.model, "rerank", loaded.input_names)
+        wrapper = graph_module(loaded.model, "rerank", names)
 
         def run_rerank(feeds: dict[str, np.ndarray]) -> np.ndarray:
             with torch.inference_mode():
-                tensors = [torch.from_numpy(feeds[name]) for name in loaded.input_names]
-                return wrapper(*tensors).float().numpy()
+                return wrapper(*[torch.from_numpy(feeds[name]) for name in names]).float().numpy()
 
         return run_rerank
 
     def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
         with torch.inference_mode():
-            features = {name: torch.from_numpy(array) for name, array in feeds.items()}
+            features = {name: torch.from_numpy(feeds[name]) for name in names}
             embedding = loaded.reference(features)["sentence_embedding"]
             # the graph always normalises; a reference without a Normalize module does not
             return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
@@ -225,26 +257,144 @@ def _reference_runner(loaded: LoadedModel, task: str) -> Callable[[dict[str, np.
     return run_embedding
 
 
-def _validate_variant(
-    name: str, path: Path, inputs: ValidationInputs, reference: np.ndarray,
-    int8: Int8Settings | None = None,
-) -> dict[str, Any]:
+def _graph_model(loaded: LoadedModel, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
+    """The module to export and the manifest's ``graph_rewrites`` entry.
+
+    1. Embedding models: unpruned (mean pooling reads every row).
+    2. Rerank models with the rewrite switched off: unpruned.
+    3. Rerank models whose head reads only [CLS]: the last layer pruned to that row.
+    4. Other rerank models: unpruned, with the reason logged and recorded.
+    """
+    if task == "embedding":
+        return loaded.model, {"cls_only_last_layer": {
+            "applied": False, "reason": "embedding model: mean pooling reads every row"}}
+    if not wanted:
+        return loaded.model, {"cls_only_last_layer": {
+            "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
+    reason = cls_only_support(loaded.model)
+    if reason is not None:
+        logger.warning("the last layer is not pruned to [CLS]: %s", reason)
+        return loaded.model, {"cls_only_last_layer": {"applied": False, "reason": reason}}
+    layers = int(loaded.config.num_hidden_layers)
+    return cls_only_model(loaded.model), {"cls_only_last_layer": {
+        "applied": True,
+        "layer": layers,
+        "of_layers": layers,
+        "computed_for": "the [CLS] row (position 0) only: query projection, attention output, "
+                        "feed-forward and LayerNorms; keys and values from every token",
+        "method": "onnxrank.export.prune.cls_only_model, in PyTorch before torch.onnx.export",
+        "checked_by": "every variant's gate against the unpruned PyTorch model "
+                      "(fp32: max_abs_diff)",
+    }}
+
+
+def _validate_file(
+    variant: str, path: Path, inputs: ValidationInputs, reference: np.ndarray,
+) -> tuple[dict[str, Any], Any]:
+    """Run one variant's file through the engine's runtime layer and compare it with the reference.
+
+    Returns:
+        The fidelity metrics and the runner (None when the CPU cannot run fp16).
+    """
+    backend, precision = VARIANT_RUNTIME[variant]
     try:
-        session = open_session(path)
-        outputs = run_batches(inputs.batches(), session_runner(session), len(inputs.rows))
-    except Exception as err:  # onnxruntime raises untyped errors; fp16 often has no CPU kernels
-        if name != "fp16":
-            raise ExportError(f"onnxruntime could not run {path.name}: {err}") from err
+        runner = open_model_file(path, backend=backend, precision=precision)
+        outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
+    except (ModelLoadError, InferenceError) as err:
+        if variant != "fp16":
+            raise ExportError(f"{backend} could not run {path.name}: {err}") from err
         reason = str(err).strip().splitlines()[0]
         logger.warning("fp16 variant cannot run on CPU (%s); validate it on a GPU", reason)
         return {"validated": False, "validated_on": None,
                 "reason": f"CPUExecutionProvider cannot run it ({reason}); fidelity can only be "
-                          "checked on a GPU with onnxruntime-gpu"}
+                          "checked on a GPU with onnxruntime-gpu"}, None
     metrics = compare(inputs, reference, outputs)
-    metrics.update({"validated": True, "validated_on": "CPUExecutionProvider"})
-    if int8 is not None and int8.method == "dynamic":
-        metrics.update(batch_dependence(session, inputs))
+    metrics.update({"validated": True,
+                    "validated_on": f"{runner.info.backend} {runner.info.provider}"})
+    return metrics, runner
+
+
+def _tuning_failures(task: str, variant: str, metrics: dict[str, Any],
+                     thresholds: FidelityThresholds) -> list[str]:
+    """Threshold misses on the tuning pairs only: what a ladder may choose by."""
+    tuning = {key: value for key, value in metrics.items() if key != HELD_OUT}
+    return threshold_failures(task, variant, tuning, thresholds)
+
+
+def _attempt(settings: dict[str, Any], metrics: dict[str, Any], passed: bool) -> dict[str, Any]:
+    kept = ("spearman", "top10_overlap", "top10_overlap_min", "max_abs_diff", "cosine_min")
+    return {**settings, "passed_on_tuning": passed, "part": metrics.get("part"),
+            **{key: metrics[key] for key in kept if key in metrics}}
+
+
+def _openvino_bf16(path: Path, inputs: ValidationInputs, reference: np.ndarray, task: str,
+                   thresholds: FidelityThresholds) -> dict[str, Any]:
+    """OpenVINO bf16 on model.onnx, gated like int8 (it is not bit-faithful either)."""
+    try:
+        runner = open_model_file(path, backend="openvino", precision="bf16")
+    except (ValueError, ImportError, ModelLoadError) as err:
+        return {"validated": False, "passed": False, "reason": str(err)}
+    outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
+    metrics = compare(inputs, reference, outputs)
+    failures = threshold_failures(task, OPENVINO_BF16_KEY, metrics, thresholds)
+    metrics.update({
+        "validated": True, "validated_on": f"openvino {runner.info.provider}, "
+        "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
+        "thresholds": _threshold_text(task, OPENVINO_BF16_KEY, thresholds)})
     return metrics
+
+
+def _threshold_text(task: str, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
+    return {metric: f"{direction} {threshold:g}"
+            for metric, direction, threshold, _ in thresholds.checks(task, variant)}
+
+
+def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) -> int:
+    config = loaded.config
+    # RoBERTa-style models reserve padding_idx + 1 positions
+    offset = (config.pad_token_id + 1) if config.model_type in ("roberta", "xlm-roberta") else 0
+    limit = int(config.max_position_embeddings) - offset
+    wanted = request.max_length
+    if wanted is None:
+        wanted = DEFAULT_MAX_LENGTH
+        if task == "embedding" and loaded.reference is not None and loaded.reference.max_seq_length:
+            wanted = int(loaded.reference.max_seq_length)
+    if wanted > limit:
+        raise ValueError(
+            f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
+            f"--max-length {limit} or less"
+        )
+    return wanted
+
+
+def _prepare_work_dir(out_dir: Path) -> Path:
+    """Create a hidden temporary directory beside `out_dir` (same filesystem, so rename is atomic)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"output path {out_dir} exists and is not a directory; choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").is_file():
+        raise ExportError(
+            f"output directory {out_dir} is not empty and holds no manifest.json; refusing to "
+            "replace it: choose another --out or empty it"
+        )
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    except OSError as err:
+        raise ExportError(
+            f"cannot write the output directory {out_dir}: {err.strerror or err}; choose a "
+            "writable --out"
+        ) from err
+
+
+def _publish(work_dir: Path, out_dir: Path) -> None:
+    """Move the finished work directory to `out_dir`, replacing an earlier export."""
+    backup = None
+    if out_dir.exists():
+        backup = out_dir.with_name(f".{out_dir.name}.previous-{os.getpid()}")
+        os.replace(out_dir, backup)
+    os.replace(work_dir, out_dir)
+    if backup is not None:
+        shutil.rmtree(backup)
 
 
 def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
@@ -277,30 +427,24 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
 
     Args:
         request: What to export.
-        show_progress: Show a tqdm bar over the export steps.
+        show_progress: Show a tqdm bar that ticks at each export step.
 
     Returns:
         The published directory and its manifest.
 
     Raises:
         ExportError: Loading, exporting or writing failed (message names the cause and the fix).
-        FidelityError: A variant missed its validation thresholds.
-        MissingDependencyError: The ``export`` (or ``standin``) extra is not installed.
+        FidelityError: A variant missed its validation thresholds on the tuning or held-out pairs.
+        MissingDependencyError: The ``export`` (or ``standin``, or for ov_int8 ``openvino``)
+            extra is not installed.
         ValueError: Bad request values.
     """
     source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
     out_dir = Path(request.out_dir) if request.out_dir is not None else Path("models") / source.name
-    steps = ["checkpoint", "load", "export fp32"]
-    steps += [f"build {name}" for name in request.variants if name != "fp32"]
-    if "int8" in request.variants and "opt" not in request.variants and any(
-            recipe.method == "dynamic" for recipe in request.int8):
-        steps.append("build int8 (fused source)")
-    steps += ["tokenizer", "reference"] + [f"validate {name}" for name in request.variants]
-    steps += ["manifest"]
-    progress = _Steps(steps, show_progress)
+    progress = _Progress(show_progress)
     work_dir = _prepare_work_dir(out_dir)
     try:
-        spec = _export_into(request, source, work_dir, out_dir.name, progress, show_progress)
+        spec = _export_into(request, source, work_dir, out_dir.name, progress)
         _publish(work_dir, out_dir)
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -312,156 +456,168 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
 
 
 def _export_into(
-    request: ExportRequest, source: ModelSource, work_dir: Path, name: str,
-    step: _Steps, show_progress: bool,
+    request: ExportRequest, source: ModelSource, work_dir: Path, name: str, progress: _Progress,
 ) -> ModelSpec:
+    """Every export step, top to bottom; intermediates go to a scratch directory."""
     task = source.task
-    for label, action in _export_steps(request, source, work_dir, name, task, show_progress):
-        step(label)
-        result = action()
-        step.done()
-        if isinstance(result, ModelSpec):
-            write_manifest(result, work_dir)
-            return result
-    raise ExportError("internal error: the export produced no manifest")
-
-
-def _export_steps(
-    request: ExportRequest, source: ModelSource, work_dir: Path, name: str, task: str,
-    show_progress: bool,
-) -> Iterator[tuple[str, Callable[[], Any]]]:
-    """The pipeline as (step name, action) pairs, so progress reporting stays in one place."""
-    state: dict[str, Any] = {}
+    wants = set(request.variants)
     scratch = work_dir / ".scratch"
     scratch.mkdir()
-    yield "checkpoint", lambda: state.update(
-        checkpoint=_materialize(source, work_dir, request.seed, show_progress))
-    yield "load", lambda: state.update(
-        loaded=load_checkpoint(str(state["checkpoint"]) if source.kind != "hub" else source.location,
-                               kind="local" if source.kind != "hub" else "hub", task=task))
-    loaded: LoadedModel = state["loaded"]
-    config = loaded.config
-    max_length = _resolve_max_length(request, loaded, task)
-    # every intermediate goes to scratch; requested variants are moved up at the end
     paths = {variant: scratch / VARIANT_FILES[variant] for variant in VARIANT_NAMES}
     settings: dict[str, dict[str, Any]] = {variant: {} for variant in VARIANT_NAMES}
-    yield "export fp32", lambda: export_onnx(loaded.model, paths["fp32"], task=task,
-                                             input_names=loaded.input_names, opset=request.opset)
-    num_heads, hidden_size = int(config.num_attention_heads), int(config.hidden_size)
-    int8_recipes = distinct_recipes(request.int8, layers=int(config.num_hidden_layers))
-    wants = set(request.variants)
-    dynamic = any(recipe.method == "dynamic" for recipe in int8_recipes)
-    if "opt" in wants or ("int8" in wants and dynamic):
-        label = "build opt" if "opt" in wants else "build int8 (fused source)"
-        yield label, lambda: settings["opt"].update(optimization=optimize_transformer(
-            paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size))
-    step_inputs: dict[str, ValidationInputs] = {}
-
-    def tokenizer_step() -> None:
-        loaded.tokenizer.save_pretrained(str(work_dir))
-        loaded.config.save_pretrained(str(work_dir))
-        pairs = load_validation_pairs(request.validation_pairs)
-        pad_id = int(loaded.tokenizer.pad_token_id or 0)
-        step_inputs["inputs"] = encode_validation(
-            pairs, work_dir / TOKENIZER_FILE, task=task, max_length=max_length, pad_id=pad_id,
-            input_names=loaded.input_names)
-
-    yield "tokenizer", tokenizer_step
-    inputs = step_inputs["inputs"]
-    calibration = [feeds for _, feeds in inputs.batches()]
-
-    def build_int8(recipe: Int8Settings) -> None:
-        opt_source = paths["opt"] if paths["opt"].is_file() else None
-        settings["int8"]["quantization"] = quantize_int8(
-            fp32_path=paths["fp32"], opt_path=opt_source, out_path=paths["int8"], settings=recipe,
-            calibration=calibration if recipe.method == "static" else None)
-
-    if "int8" in wants:
-        yield "build int8", lambda: build_int8(int8_recipes[0])
-    if "fp16" in wants:
-        yield "build fp16", lambda: settings["fp16"].update(optimization=convert_fp16(
-            paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size))
-    yield "reference", lambda: state.update(
-        reference=run_batches(inputs.batches(), _reference_runner(loaded, task), len(inputs.rows)))
     fidelity: dict[str, dict[str, Any]] = {}
 
-    def validate_int8() -> None:
+    progress.step("checkpoint")
+    checkpoint = _materialize(source, work_dir, request.seed, progress.show)
+
+    progress.step("load")
+    loaded = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
+                             kind="local" if source.kind != "hub" else "hub", task=task)
+    config = loaded.config
+    layers = int(config.num_hidden_layers)
+    num_heads, hidden_size = int(config.num_attention_heads), int(config.hidden_size)
+    max_length = _resolve_max_length(request, loaded, task)
+    pad_id = int(loaded.tokenizer.pad_token_id or 0)
+
+    progress.step("export fp32")
+    graph_model, graph_rewrites = _graph_model(loaded, task, request.cls_only_last_layer)
+    export_onnx(graph_model, paths["fp32"], task=task, input_names=loaded.input_names,
+                opset=request.opset)
+    del graph_model
+
+    progress.step("tokenizer and data")
+    loaded.tokenizer.save_pretrained(str(work_dir))
+    loaded.config.save_pretrained(str(work_dir))
+    inputs = encode_validation(load_validation_pairs(request.validation_pairs),
+                               work_dir / TOKENIZER_FILE, task=task, max_length=max_length,
+                               pad_id=pad_id)
+    calibration = encode_validation(load_calibration_pairs(), work_dir / TOKENIZER_FILE, task=task,
+                                    max_length=max_length, pad_id=pad_id)
+    graph_inputs = loaded.input_names
+
+    def only_graph_inputs(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {key: feeds[key] for key in graph_inputs}
+
+    progress.step("reference")
+    reference = run_batches(inputs.batches(), _reference_runner(loaded, task), len(inputs.rows))
+
+    progress.step("validate fp32")
+    fidelity["fp32"], _ = _validate_file("fp32", paths["fp32"], inputs, reference)
+    fidelity["fp32"][OPENVINO_BF16_KEY] = _openvino_bf16(paths["fp32"], inputs, reference, task,
+                                                         request.thresholds)
+
+    int8_recipes = distinct_recipes(request.int8, layers=layers)
+    if "opt" in wants or ("int8" in wants and any(r.method == "dynamic" for r in int8_recipes)):
+        progress.step("build opt" if "opt" in wants else "build opt (int8 source)")
+        settings["opt"]["optimization"] = optimize_transformer(
+            paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size)
+    if "opt" in wants:
+        progress.step("validate opt")
+        fidelity["opt"], _ = _validate_file("opt", paths["opt"], inputs, reference)
+
+    if "fp16" in wants:
+        progress.step("build fp16")
+        settings["fp16"]["optimization"] = convert_fp16(
+            paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size)
+        progress.step("validate fp16")
+        fidelity["fp16"], _ = _validate_file("fp16", paths["fp16"], inputs, reference)
+
+    if "int8" in wants:
+        calibration_batches = [only_graph_inputs(feeds) for _, feeds in calibration.batches()]
         attempts = []
         for index, recipe in enumerate(int8_recipes):
-            if index:
-                build_int8(recipe)
-            metrics = _validate_variant("int8", paths["int8"], inputs, state["reference"], recipe)
-            fidelity["int8"] = metrics
-            try:
-                check_thresholds(task, {"int8": metrics}, request.thresholds)
-                passed = True
-            except FidelityError:
-                passed = False
-            attempts.append({**settings["int8"]["quantization"], "passed": passed, **{
-                key: metrics[key] for key in ("spearman", "top10_overlap", "cosine_min")
-                if key in metrics}})
+            progress.step(f"int8 recipe {index + 1} of {len(int8_recipes)}")
+            quantization = quantize_int8(
+                fp32_path=paths["fp32"], opt_path=paths["opt"] if paths["opt"].is_file() else None,
+                out_path=paths["int8"], settings=recipe,
+                calibration=calibration_batches if recipe.method == "static" else None)
+            metrics, runner = _validate_file("int8", paths["int8"], inputs, reference)
+            passed = not _tuning_failures(task, "int8", metrics, request.thresholds)
+            attempts.append(_attempt(quantization, metrics, passed))
             if passed:
                 break
-            logger.info("int8 recipe %s missed the thresholds", recipe)
-        settings["int8"]["quantization"] = {**settings["int8"]["quantization"], "attempts": attempts}
+            logger.info("int8 recipe %s missed the thresholds on the tuning pairs", recipe)
+        if recipe.method == "dynamic":
+            metrics.update(batch_dependence(runner.run, inputs))
+        fidelity["int8"] = metrics
+        settings["int8"]["quantization"] = {**quantization, "attempts": attempts}
 
-    def validator(variant: str) -> Callable[[], None]:
-        if variant == "int8":
-            return validate_int8
-        return lambda: fidelity.update(
-            {variant: _validate_variant(variant, paths[variant], inputs, state["reference"])})
+    if "ov_int8" in wants:
+        items = [only_graph_inputs(feeds) for feeds in calibration.single_rows()]
+        ov_recipes = distinct_ov_recipes(request.ov_int8, task=task, layers=layers)
+        attempts = []
+        for index, ov_recipe in enumerate(ov_recipes):
+            progress.step(f"ov_int8 recipe {index + 1} of {len(ov_recipes)}")
+            quantization = quantize_openvino_int8(
+                fp32_path=paths["fp32"], out_path=paths["ov_int8"], settings=ov_recipe,
+                calibration=items, layers=layers)
+            metrics, runner = _validate_file("ov_int8", paths["ov_int8"], inputs, reference)
+            passed = not _tuning_failures(task, "ov_int8", metrics, request.thresholds)
+            attempts.append(_attempt(quantization, metrics, passed))
+            if passed:
+                break
+            logger.info("ov_int8 recipe %s missed the thresholds on the tuning pairs", ov_recipe)
+        # static scales: a row's score should not depend on its batch mates; measured, not assumed
+        metrics.update(batch_dependence(runner.run, inputs))
+        fidelity["ov_int8"] = metrics
+        settings["ov_int8"]["quantization"] = {**quantization, "attempts": attempts}
 
+    progress.step("manifest")
+    kept = {variant: fidelity[variant] for variant in request.variants}
+    check_thresholds(task, kept, request.thresholds)
+    variants = {}
     for variant in request.variants:
-        yield f"validate {variant}", validator(variant)
-
-    def manifest_step() -> ModelSpec:
-        check_thresholds(task, fidelity, request.thresholds)
-        variants = {}
-        for variant in request.variants:
-            final = work_dir / VARIANT_FILES[variant]
-            os.replace(paths[variant], final)
-            variants[variant] = VariantSpec(
-                file=final.name, sha256=sha256_file(final), size_bytes=final.stat().st_size,
-                precision=VARIANT_PRECISION[variant], opset=request.opset,  # type: ignore[arg-type]
-                quantization=settings[variant].get("quantization"),
-                optimization=settings[variant].get("optimization"),
-                fidelity={**fidelity[variant], "thresholds": {
-                    metric: f"{direction} {threshold:g}" for metric, direction, threshold, _
-                    in request.thresholds.checks(task, variant)}},
-            )
-        shutil.rmtree(scratch)
-        tokenizer_files = {
-            path.name: sha256_file(path) for path in sorted(work_dir.iterdir())
-            if path.is_file() and path.suffix in (".json", ".txt", ".model")
-            and path.name != TOKENIZER_FILE and not path.name.endswith(".onnx")
-        }
-        source_entry = _source_entry(source, loaded, request.seed)
-        notes = STANDIN_NOTES if "standin" in source_entry and task == "rerank" else ""
-        if task == "embedding":
-            notes += ("Embedding model: the graph outputs mean-pooled, L2-normalised embeddings "
-                      "(output 'embeddings'); num_labels is unused.")
-        return ModelSpec(
-            name=name,
-            task=task,  # type: ignore[arg-type]
-            source=source_entry,
-            num_labels=int(config.num_labels) if task == "rerank" else 1,
-            max_length=max_length,
-            activation="sigmoid" if task == "rerank" else "none",
-            relevance_trained=loaded.relevance_trained,
-            tokenizer_file=TOKENIZER_FILE,
-            tokenizer_sha256=sha256_file(work_dir / TOKENIZER_FILE),
-            tokenizer_files=tokenizer_files,
-            vocab_size=int(config.vocab_size),
-            pad_token_id=int(loaded.tokenizer.pad_token_id or 0),
-            variants=variants,
-            versions=_versions(),
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            model_config={key: getattr(config, key, None) for key in (
-                "model_type", "architectures", "hidden_size", "num_hidden_layers",
-                "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                "type_vocab_size")},
-            embedding_dim=int(config.hidden_size) if task == "embedding" else None,
-            notes=notes.strip(),
+        final = work_dir / VARIANT_FILES[variant]
+        os.replace(paths[variant], final)
+        extra_files, size = {}, final.stat().st_size
+        if variant == "ov_int8":
+            weights = weights_path(final)
+            os.replace(weights_path(paths[variant]), weights)
+            extra_files[weights.name] = sha256_file(weights)
+            size += weights.stat().st_size
+        variants[variant] = VariantSpec(
+            file=final.name, sha256=sha256_file(final), size_bytes=size,
+            precision=VARIANT_PRECISION[variant], opset=request.opset,  # type: ignore[arg-type]
+            quantization=settings[variant].get("quantization"),
+            optimization=settings[variant].get("optimization"),
+            fidelity={**kept[variant],
+                      "thresholds": _threshold_text(task, variant, request.thresholds)},
+            extra_files=extra_files,
         )
-
-    yield "manifest", manifest_step
+    shutil.rmtree(scratch)
+    tokenizer_files = {
+        path.name: sha256_file(path) for path in sorted(work_dir.iterdir())
+        if path.is_file() and path.suffix in (".json", ".txt", ".model")
+        and path.name != TOKENIZER_FILE and not path.name.endswith(".onnx")
+    }
+    source_entry = _source_entry(source, loaded, request.seed)
+    notes = STANDIN_NOTES if "standin" in source_entry and task == "rerank" else ""
+    if task == "embedding":
+        notes += ("Embedding model: the graph outputs mean-pooled, L2-normalised embeddings "
+                  "(output 'embeddings'); num_labels is unused.")
+    spec = ModelSpec(
+        name=name,
+        task=task,  # type: ignore[arg-type]
+        source=source_entry,
+        num_labels=int(config.num_labels) if task == "rerank" else 1,
+        max_length=max_length,
+        activation="sigmoid" if task == "rerank" else "none",
+        relevance_trained=loaded.relevance_trained,
+        tokenizer_file=TOKENIZER_FILE,
+        tokenizer_sha256=sha256_file(work_dir / TOKENIZER_FILE),
+        tokenizer_files=tokenizer_files,
+        vocab_size=int(config.vocab_size),
+        pad_token_id=pad_id,
+        variants=variants,
+        versions=_versions(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model_config={key: getattr(config, key, None) for key in (
+            "model_type", "architectures", "hidden_size", "num_hidden_layers",
+            "num_attention_heads", "intermediate_size", "max_position_embeddings",
+            "type_vocab_size")},
+        embedding_dim=int(config.hidden_size) if task == "embedding" else None,
+        graph_rewrites=graph_rewrites,
+        notes=notes.strip(),
+    )
+    write_manifest(spec, work_dir)
+    return spec

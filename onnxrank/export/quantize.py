@@ -63,7 +63,11 @@ DEFAULT_INT8_RECIPES = (
       for layers in FFN_UP_FP32_LADDER),
     Int8Settings("dynamic", per_channel=True, op_types=("Attention", "EmbedLayerNormalization")),
 )
-GELU_OPS = ("Gelu", "BiasGelu", "FastGelu")
+# fused GELUs, and Erf: the core of the GELU that the plain fp32 export spells out
+# (x * 0.5 * (1 + erf(x / sqrt(2))))
+GELU_OPS = ("Gelu", "BiasGelu", "FastGelu", "Erf")
+# ops between a feed-forward up-projection and its GELU: the bias Add, then the plain graph's Div
+GELU_PATH_OPS = ("Add", "Div", "Mul")
 
 
 def distinct_recipes(recipes: Sequence[Int8Settings], *, layers: int) -> tuple[Int8Settings, ...]:
@@ -78,9 +82,12 @@ def distinct_recipes(recipes: Sequence[Int8Settings], *, layers: int) -> tuple[I
 
 
 def ffn_up_projections(model_path: Path) -> list[str]:
-    """Names of the MatMuls that feed a GELU (directly or through a bias Add), in graph order.
+    """Names of the MatMuls that feed a GELU (directly, or through a bias Add and the plain
+    graph's Div by sqrt(2)), in graph order.
 
-    In a BERT-style encoder that is one feed-forward up-projection per layer, bottom layer first.
+    In a BERT-style encoder that is one feed-forward up-projection per layer, bottom layer first,
+    in the fused graph (MatMul -> BiasGelu) and in the plain one (MatMul -> Add -> Div -> Erf)
+    alike; OpenVINO keeps the ONNX node names, so the same names select nodes for NNCF.
     """
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(model_path), load_external_data=False).graph
@@ -93,12 +100,57 @@ def ffn_up_projections(model_path: Path) -> list[str]:
         for node in consumers.get(tensor, []):
             if node.op_type in GELU_OPS:
                 return True
-            if hops and node.op_type == "Add" and feeds_gelu(node.output[0], hops - 1):
+            if hops and node.op_type in GELU_PATH_OPS and feeds_gelu(node.output[0], hops - 1):
                 return True
         return False
 
     return [node.name for node in graph.node
-            if node.op_type == "MatMul" and feeds_gelu(node.output[0], hops=1)]
+            if node.op_type == "MatMul" and feeds_gelu(node.output[0], hops=2)]
+
+
+def ffn_down_projections(model_path: Path) -> list[str]:
+    """Names of the MatMuls fed by a GELU (directly, or through the plain graph's Add and Muls
+    after its Erf), in graph order: one feed-forward down-projection per layer, bottom first."""
+    onnx = require("onnx", extra="export")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    producer = {output: node for node in graph.node for output in node.output}
+
+    def from_gelu(tensor: str, hops: int) -> bool:
+        node = producer.get(tensor)
+        if node is None:
+            return False
+        if node.op_type in GELU_OPS:
+            return True
+        return bool(hops) and node.op_type in GELU_PATH_OPS and any(
+            from_gelu(name, hops - 1) for name in node.input)
+
+    return [node.name for node in graph.node
+            if node.op_type == "MatMul" and from_gelu(node.input[0], hops=3)]
+
+
+def activation_matmuls(model_path: Path) -> list[str]:
+    """Names of the MatMuls whose two inputs are both activations (no weight), in graph order.
+
+    In a BERT-style encoder these are attention's query x key and probabilities x value products,
+    two per layer.
+    """
+    onnx = require("onnx", extra="export")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    constants = {tensor.name for tensor in graph.initializer}
+    constants |= {output for node in graph.node if node.op_type == "Constant" for output in node.output}
+    return [node.name for node in graph.node
+            if node.op_type == "MatMul" and not constants.intersection(node.input)]
+
+
+def head_projections(model_path: Path, count: int = 2) -> list[str]:
+    """Names of the last `count` weight MatMul/Gemm nodes in graph order: a cross-encoder's head
+    (BERT's pooler dense and classifier; RoBERTa's and ELECTRA's dense and out_proj)."""
+    onnx = require("onnx", extra="export")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    constants = {tensor.name for tensor in graph.initializer}
+    weighted = [node.name for node in graph.node
+                if node.op_type in ("MatMul", "Gemm") and constants.intersection(node.input[1:])]
+    return weighted[-count:]
 
 
 def quantize_int8(

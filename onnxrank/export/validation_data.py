@@ -1,11 +1,15 @@
-"""Builds the shipped data files: validation pairs (every export is checked on them) and head pairs.
+"""Builds the shipped data files: validation pairs, calibration pairs and the stand-in's head pairs.
 
 Run once from the repository root (the output is committed; re-running with the same seed and data
-reproduces it byte for byte)::
+reproduces all three files byte for byte, which tests/export checks)::
 
-    python -m onnxrank.export.validation_data --data /work/shared/data --out-dir onnxrank/data
+    python -m onnxrank.export.validation_data --data ../shared/data --out-dir onnxrank/data
 
-``validation_pairs.jsonl``: 320 (query, passage) pairs from Cranfield and CACM in 20 query groups.
+``validation_pairs.jsonl``: 320 (query, passage) pairs from Cranfield and CACM in 20 query groups
+(onnxrank.export.validate.HELD_OUT_GROUPS names the 7 held out of every choice).
+``calibration_pairs.jsonl``: 320 pairs built the same way from *other* queries and *other*
+documents: no query and no passage (text or document id) in common with the validation pairs. The
+static int8 variants are calibrated on them.
 ``standin_head_pairs.jsonl``: labelled pairs from *other* Cranfield queries (judged documents as
 positives, random documents as negatives) on which the stand-in reranker's head is fitted.
 
@@ -34,6 +38,7 @@ MIN_PASSAGE_CHARS = 80
 HEAD_QUERIES = 70
 HEAD_PAIRS_PER_SIDE = 3
 HEAD_PASSAGE_CHARS = 700
+CALIBRATION_SEED_OFFSET = 1000
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
@@ -50,12 +55,24 @@ def _passage(document: dict[str, str]) -> str:
 
 
 def _collection_groups(
-    root: Path, name: str, n_queries: int, max_judged: int, min_judged: int, rng: random.Random
+    root: Path, name: str, n_queries: int, max_judged: int, min_judged: int, rng: random.Random,
+    exclude: list[dict[str, object]] | None = None,
 ) -> list[dict[str, object]]:
+    """Query groups of one collection; with `exclude`, none of its queries, documents or texts."""
     directory = root / name
     corpus = {doc["id"]: _passage(doc) for doc in _read_jsonl(directory / "corpus.jsonl")}
     corpus = {doc_id: text for doc_id, text in corpus.items() if len(text) >= MIN_PASSAGE_CHARS}
     queries = {query["id"]: query["text"].strip() for query in _read_jsonl(directory / "queries.jsonl")}
+    if exclude:
+        mine = [row for row in exclude if str(row["group"]).startswith(f"{name}:")]
+        used_docs = {str(doc_id) for row in mine for doc_id in row["doc_ids"]}  # type: ignore[attr-defined]
+        used_texts = {str(row["passage"]) for row in exclude}
+        used_queries = {str(row["query"]) for row in exclude}
+        used_query_ids = {str(row["group"]).split(":", 1)[1] for row in mine}
+        corpus = {doc_id: text for doc_id, text in corpus.items()
+                  if doc_id not in used_docs and text not in used_texts}
+        queries = {query_id: text for query_id, text in queries.items()
+                   if query_id not in used_query_ids and text not in used_queries}
     judged: dict[str, list[str]] = {}
     with open(directory / "qrels.tsv", encoding="utf-8") as handle:
         next(handle)
@@ -109,6 +126,34 @@ def build_validation_pairs(data_root: Path, out_path: Path, *, seed: int = 13) -
     return {str(row["group"]) for row in rows}
 
 
+def build_calibration_pairs(
+    data_root: Path, out_path: Path, *, validation_path: Path, seed: int = 13
+) -> int:
+    """Write the calibration pairs file and return its number of pairs.
+
+    The same shape as the validation pairs (20 query groups of 16, long passages included, so
+    calibration sees the same lengths), from queries and documents the validation pairs do not use.
+
+    Args:
+        data_root: Directory holding ``cranfield/`` and ``cacm/``.
+        out_path: Where to write the JSON-lines file.
+        validation_path: The validation pairs file whose queries and documents are left out.
+        seed: Seed for the choice of queries and documents (offset from the validation seed, so
+            the two files never draw the same sequence).
+    """
+    validation = _read_jsonl(validation_path)
+    rng = random.Random(seed + CALIBRATION_SEED_OFFSET)
+    rows: list[dict[str, object]] = []
+    for name, n_queries, max_judged, min_judged in COLLECTIONS:
+        rows.extend(_collection_groups(data_root, name, n_queries, max_judged, min_judged, rng,
+                                       exclude=validation))  # type: ignore[arg-type]
+    with open(out_path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    logger.info("wrote %d calibration pairs to %s", len(rows), out_path)
+    return len(rows)
+
+
 def build_head_pairs(
     data_root: Path, out_path: Path, *, exclude_groups: set[str], seed: int = 13
 ) -> int:
@@ -158,13 +203,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data", type=Path, required=True, help="directory with cranfield/ and cacm/")
     parser.add_argument("--out-dir", type=Path, default=Path("onnxrank/data"),
-                        help="where validation_pairs.jsonl and standin_head_pairs.jsonl go")
+                        help="where validation_pairs.jsonl, calibration_pairs.jsonl and "
+                        "standin_head_pairs.jsonl go")
     parser.add_argument("--seed", type=int, default=13, help="random seed")
     args = parser.parse_args()
     groups = build_validation_pairs(args.data, args.out_dir / "validation_pairs.jsonl", seed=args.seed)
+    calibration = build_calibration_pairs(
+        args.data, args.out_dir / "calibration_pairs.jsonl",
+        validation_path=args.out_dir / "validation_pairs.jsonl", seed=args.seed)
     count = build_head_pairs(args.data, args.out_dir / "standin_head_pairs.jsonl",
                              exclude_groups=groups, seed=args.seed)
-    print(f"wrote {len(groups)} validation groups and {count} head pairs to {args.out_dir}")
+    print(f"wrote {len(groups)} validation groups, {calibration} calibration pairs and {count} "
+          f"head pairs to {args.out_dir}")
 
 
 if __name__ == "__main__":

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from onnxrank.retrieval.compression import CompressedDocument, Segment, compress
 from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.filters import Filters
 from onnxrank.retrieval.hybrid import HybridRetriever
 from onnxrank.retrieval.indexer import IndexReport, build_index
-from onnxrank.retrieval.results import Hit, Retriever, SearchResult, StageTimings
+from onnxrank.retrieval.results import Hit, SearchResult, StageTimings
 
 __all__ = [
+    "CompressedDocument",
     "Embedder",
     "Filters",
     "Hit",
     "HybridRetriever",
     "IndexReport",
-    "Retriever",
     "SearchResult",
+    "Segment",
     "StageTimings",
     "build_index",
+    "compress",
 ]

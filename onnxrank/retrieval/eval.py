@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxrank.retrieval.hybrid import HybridRetriever
+from onnxrank.rerankers.base import RerankBackend
+from onnxrank.rerankers.local import LocalReranker
+from onnxrank.rerankers.registry import as_backend
+from onnxrank.retrieval.hybrid import DEFAULT_K, HybridRetriever, backend_model
 
 if TYPE_CHECKING:
     from onnxrank.engine.reranker import Reranker
@@ -32,6 +35,12 @@ EVAL_MODES = ("vector", "lexical", "hybrid", "hybrid+rerank")
 RECALL_DEPTH = 100
 STAGES = ("lexical", "dense", "fusion", "rerank", "total")
 NOT_RELEVANCE_NOTE = "not a relevance model"
+# Fused candidates reranked per query. Eval retrieves RECALL_DEPTH (100) hits per query, where
+# search's own default (max(5 * k, 50)) would rerank 500; 50 is what a deployment reranks.
+DEFAULT_EVAL_RERANK_TOP_N = 50
+# One chunk per abstract: Cranfield's and CACM's longest documents fit in 1000 words, and a
+# qrels judgment is about a whole document.
+EVAL_CHUNK_WORDS = 1000
 
 Qrels = Mapping[str, Mapping[str, int]]
 
@@ -124,10 +133,15 @@ class Dataset:
 def load_dataset(directory: str | Path) -> Dataset:
     """Read corpus.jsonl (path only), queries.jsonl and qrels.tsv from a dataset directory.
 
+    Args:
+        directory: The dataset directory, or the name of a shipped sample ("cranfield-sample").
+
     Raises:
         ValueError: A file is missing or malformed.
     """
-    root = Path(directory)
+    from onnxrank.data import resolve_dataset
+
+    root = resolve_dataset(directory)
     paths = {name: root / name for name in ("corpus.jsonl", "queries.jsonl", "qrels.tsv")}
     for name, path in paths.items():
         if not path.is_file():
@@ -178,9 +192,10 @@ class EvalReport:
     k: int
     queries: int
     embedder: str
-    reranker: str | None
+    reranker: str | None  # the reranker's model (its backend name when it has none)
     rerank_top_n: int
     results: list[ModeResult] = field(default_factory=list)
+    reranker_backend: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -252,9 +267,9 @@ def evaluate(
     dataset: Dataset,
     *,
     modes: Sequence[str] = EVAL_MODES,
-    k: int = 10,
-    reranker: Reranker | None = None,
-    rerank_top_n: int = 50,
+    k: int = DEFAULT_K,
+    reranker: RerankBackend | Reranker | str | None = None,
+    rerank_top_n: int = DEFAULT_EVAL_RERANK_TOP_N,
     max_queries: int | None = None,
 ) -> EvalReport:
     """Run every judged query of `dataset` through each mode and score the document rankings.
@@ -268,7 +283,9 @@ def evaluate(
         dataset: Queries and judgments.
         modes: Any of vector, lexical, hybrid, hybrid+rerank.
         k: Cutoff of nDCG, MRR and Recall, e.g. 10.
-        reranker: Needed for "hybrid+rerank".
+        reranker: Needed for "hybrid+rerank": a backend (onnxrank.rerankers), a Reranker or a
+            backend name. A backend that cannot rerank leaves the fused order (its metrics then
+            equal hybrid's) and the mode's note says so.
         rerank_top_n: Fused candidates reranked per query, e.g. 50.
         max_queries: Evaluate only the first N judged queries (file order).
 
@@ -282,7 +299,8 @@ def evaluate(
     if unknown:
         raise ValueError(f"unknown eval modes {unknown}; allowed: {', '.join(EVAL_MODES)}")
     if "hybrid+rerank" in modes and reranker is None:
-        raise ValueError("mode 'hybrid+rerank' needs a reranker (--model NAME)")
+        raise ValueError("mode 'hybrid+rerank' needs a reranker (--reranker NAME)")
+    backend = None if reranker is None else as_backend(reranker)
     judged = [query_id for query_id in dataset.queries if dataset.qrels.get(query_id)]
     if max_queries is not None:
         judged = judged[:max_queries]
@@ -294,15 +312,17 @@ def evaluate(
         options: dict[str, Any] = {
             "mode": "hybrid" if rerank else mode,
             "rerank": rerank,
-            "reranker": reranker,
+            "reranker": backend,
             "rerank_top_n": rerank_top_n,
         }
         if judged:
             # One untimed query first: loading the embedder and the HNSW file and the first
             # onnxruntime run are one-off costs, not per-query latency.
             retriever.search_detailed(dataset.queries[judged[0]], RECALL_DEPTH, **options)
+        unranked = 0
         for query_id in judged:
             result = retriever.search_detailed(dataset.queries[query_id], RECALL_DEPTH, **options)
+            unranked += rerank and not any(hit.reranked for hit in result.hits)
             rankings[query_id] = list(dict.fromkeys(hit.source for hit in result.hits))
             stage_times = asdict(result.timings)
             for stage in STAGES[:-1]:
@@ -315,9 +335,12 @@ def evaluate(
             }
             for stage, values in timings.items()
         }
-        note = ""
-        if rerank and reranker is not None and not reranker.spec.relevance_trained:
-            note = NOT_RELEVANCE_NOTE
+        notes = []
+        if rerank and isinstance(backend, LocalReranker) and backend.relevance_trained is False:
+            notes.append(NOT_RELEVANCE_NOTE)
+        if unranked:
+            notes.append(f"not reranked on {unranked} of {len(judged)} queries (see the log)")
+        note = "; ".join(notes)
         results.append(ModeResult(mode, evaluate_rankings(rankings, dataset.qrels, k=k), latency, note))
         logger.info("eval %s %s: %s", dataset.name, mode, results[-1].metrics)
     return EvalReport(
@@ -326,7 +349,8 @@ def evaluate(
         k=k,
         queries=len(judged),
         embedder=retriever.manifest.embedder.name,
-        reranker=None if reranker is None else reranker.spec.name,
+        reranker=None if backend is None else (backend_model(backend) or backend.name),
         rerank_top_n=rerank_top_n,
         results=results,
+        reranker_backend=None if backend is None else backend.name,
     )

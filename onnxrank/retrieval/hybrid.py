@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from onnxrank.engine.runtime import resolve_model_dir
 from onnxrank.errors import RetrievalError
+from onnxrank.rerankers.base import RerankBackend
+from onnxrank.rerankers.local import LocalReranker
+from onnxrank.rerankers.registry import as_backend
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
-from onnxrank.retrieval.embedder import Embedder, resolve_model_dir
+from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.filters import Filters, compile_filters
 from onnxrank.retrieval.fusion import DEFAULT_RRF_K, fuse
 from onnxrank.retrieval.lexical import LexicalSettings, search_lexical
@@ -21,16 +26,52 @@ from onnxrank.retrieval.store import ChunkStore, StoredChunk
 from onnxrank.types import Device
 
 if TYPE_CHECKING:
-    from onnxrank.engine.reranker import RankedDocument, Reranker
+    from onnxrank.engine.reranker import Reranker
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = 100
+DEFAULT_K = 10
+STANDIN_NOTE = (
+    "note: reranker {name!r} is not relevance-trained (manifest relevance_trained=false); "
+    "its scores are not relevance scores and the reranked order is not a quality result"
+)
 
 
 def default_rerank_top_n(k: int) -> int:
     """Fused candidates the reranker sees by default: max(5 * k, 50)."""
     return max(5 * k, 50)
+
+
+def backend_model(backend: RerankBackend) -> str | None:
+    """The model a backend runs, when it has a `model` attribute (all shipped backends but none)."""
+    model = getattr(backend, "model", None)
+    return None if model is None else str(model)
+
+
+def rerank_notes(
+    backend: RerankBackend, candidates: int, scored: int, deadline_ms: float | None
+) -> list[str]:
+    """What a reader of reranked hits must know, one sentence each.
+
+    1. The local model is not relevance-trained: its scores are not relevance scores.
+    2. A deadline was set and not every candidate was scored: the rest keep the fused order.
+    3. Otherwise nothing was scored (backend unavailable or failed): hits are in fused order.
+    """
+    notes = []
+    if isinstance(backend, LocalReranker) and backend.relevance_trained is False:
+        notes.append(STANDIN_NOTE.format(name=backend.model))
+    if scored < candidates and deadline_ms is not None:
+        notes.append(
+            f"note: {scored} of {candidates} candidates were reranked within the deadline "
+            f"({deadline_ms:g} ms); the rest keep the fused order (reranked=false)"
+        )
+    elif candidates and scored == 0 and backend.name != "none":
+        notes.append(
+            f"note: the {backend.name} reranker did not score any candidate (see the warning "
+            "in the log); hits are in fused order (reranked=false)"
+        )
+    return notes
 
 
 def load_index_manifest(store: ChunkStore) -> IndexManifest:
@@ -48,8 +89,10 @@ def load_index_manifest(store: ChunkStore) -> IndexManifest:
 class HybridRetriever:
     """Searches one index directory in vector, lexical or hybrid mode, optionally reranking.
 
-    The embedder and the HNSW file are loaded on the first search that needs them, so lexical
-    search works without them (and without hnswlib installed).
+    The embedder and the HNSW file are loaded on the first search that needs them (once, under a
+    lock), so lexical search works without them (and without hnswlib installed). One retriever
+    serves many threads: each thread reads through its own SQLite connection and the HNSW beam
+    is fixed when the index is opened.
 
     Example:
         >>> retriever = HybridRetriever.open("indexes/docs")  # doctest: +SKIP
@@ -83,6 +126,7 @@ class HybridRetriever:
             manifest.check_embedder(embedder.spec.manifest_hash(), embedder.spec.name)
         self._embedder = embedder
         self._dense: DenseIndex | None = None
+        self._load_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -105,7 +149,7 @@ class HybridRetriever:
             models_dir: Where model names are looked up.
             device: Device for the embedder when this call loads it.
             threads: Intra-op threads for the embedder when this call loads it.
-            ef_search: HNSW query beam; None keeps the index's setting.
+            ef_search: HNSW query beam, fixed for this retriever; None keeps the index's setting.
             lexical_settings: BM25 column weights and stopwords; None uses the defaults.
 
         Returns:
@@ -118,12 +162,9 @@ class HybridRetriever:
         store = ChunkStore(index_dir)
         manifest = load_index_manifest(store)
         if isinstance(embedder, (str, Path)):
-            embedder = Embedder.from_dir(
-                resolve_model_dir(embedder, models_dir),
-                device=device,
-                precision=manifest.embedder.variant,
-                threads=threads,
-            )
+            options: dict[str, Any] = {"device": device, "threads": threads,
+                                       **manifest.embedder.load_options()}
+            embedder = Embedder.from_dir(resolve_model_dir(embedder, models_dir), **options)
         return cls(
             store,
             manifest,
@@ -143,39 +184,46 @@ class HybridRetriever:
     def embedder(self) -> Embedder:
         """The query embedder (loaded on first use from the manifest's path, else by name)."""
         if self._embedder is None:
-            record = self.manifest.embedder
-            # The recorded absolute path first; a moved index finds the model by name instead.
-            path = Path(record.path)
-            if not path.is_dir():
-                path = resolve_model_dir(record.name, self._models_dir)
-            embedder = Embedder.from_dir(
-                path, device=self._device, precision=record.variant, threads=self._threads
-            )
-            self.manifest.check_embedder(embedder.spec.manifest_hash(), embedder.spec.name)
-            self._embedder = embedder
+            # Double-checked: concurrent first searches load the model once.
+            with self._load_lock:
+                if self._embedder is None:
+                    self._embedder = self._load_embedder()
         return self._embedder
+
+    def _load_embedder(self) -> Embedder:
+        record = self.manifest.embedder
+        # The recorded absolute path first; a moved index finds the model by name instead.
+        path = Path(record.path)
+        if not path.is_dir():
+            path = resolve_model_dir(record.name, self._models_dir)
+        options: dict[str, Any] = {"device": self._device, "threads": self._threads,
+                                   **record.load_options()}
+        embedder = Embedder.from_dir(path, **options)
+        self.manifest.check_embedder(embedder.spec.manifest_hash(), embedder.spec.name)
+        return embedder
 
     @property
     def dense(self) -> DenseIndex:
         """The HNSW index (opened, or rebuilt from the database if stale, on first use)."""
         if self._dense is None:
-            self._dense = DenseIndex.open(self.store, self.manifest.embedder.dim, self.hnsw_settings)
+            with self._load_lock:
+                if self._dense is None:
+                    self._dense = DenseIndex.open(self.store, self.manifest.embedder.dim, self.hnsw_settings)
         return self._dense
 
     def search(
         self,
         query: str,
-        k: int = 10,
+        k: int = DEFAULT_K,
         *,
         mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
         filters: Filters | None = None,
         depth: int | None = None,
         rrf_k: int = DEFAULT_RRF_K,
         rerank: bool = False,
-        reranker: Reranker | None = None,
+        reranker: RerankBackend | Reranker | str | None = None,
         rerank_top_n: int | None = None,
         rerank_deadline_ms: float | None = None,
-        rerank_on_error: Literal["raise", "fallback"] = "raise",
     ) -> list[Hit]:
         """The `k` best chunks for `query`; see `search_detailed` for the arguments."""
         return self.search_detailed(
@@ -189,23 +237,21 @@ class HybridRetriever:
             reranker=reranker,
             rerank_top_n=rerank_top_n,
             rerank_deadline_ms=rerank_deadline_ms,
-            rerank_on_error=rerank_on_error,
         ).hits
 
     def search_detailed(
         self,
         query: str,
-        k: int = 10,
+        k: int = DEFAULT_K,
         *,
         mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
         filters: Filters | None = None,
         depth: int | None = None,
         rrf_k: int = DEFAULT_RRF_K,
         rerank: bool = False,
-        reranker: Reranker | None = None,
+        reranker: RerankBackend | Reranker | str | None = None,
         rerank_top_n: int | None = None,
         rerank_deadline_ms: float | None = None,
-        rerank_on_error: Literal["raise", "fallback"] = "raise",
     ) -> SearchResult:
         """Search and report how long each stage took.
 
@@ -214,6 +260,7 @@ class HybridRetriever:
         3. ``hybrid``: both lists, `depth` deep each, fused by reciprocal rank.
         Filters restrict both sides inside their searches, before any truncation. With
         ``rerank=True`` the top `rerank_top_n` fused candidates are reranked by `reranker`.
+        Safe to call from many threads at once.
 
         Args:
             query: User text (any characters; it never changes the FTS5 query's structure).
@@ -223,18 +270,21 @@ class HybridRetriever:
             depth: Candidates per side; default max(100, k, rerank_top_n).
             rrf_k: Reciprocal rank fusion offset (60: the value of Cormack et al.).
             rerank: Rerank the fused candidates with `reranker`.
-            reranker: A Reranker; None with rerank=True is allowed only with
-                ``rerank_on_error="fallback"`` (the reranker failed to load): hits keep the fused
-                order and are marked reranked=False.
+            reranker: A backend from onnxrank.rerankers (local, cohere, llm, none), an engine
+                Reranker (wrapped in LocalReranker), or a backend name. A backend that cannot
+                rerank (model missing, no API key, endpoint down) leaves the fused order with
+                ``reranked=False`` and logs one warning; the search does not fail.
             rerank_top_n: Fused candidates to rerank; default max(5 * k, 50).
-            rerank_deadline_ms: Passed to Reranker.rerank: unscored candidates keep fused order.
-            rerank_on_error: "raise", or "fallback" to keep the fused order when reranking fails.
+            rerank_deadline_ms: Time budget of the rerank stage, passed to the backend: the local
+                engine scores in fused order until it is spent (the rest keep the fused order,
+                ``reranked=False``); remote backends give up and keep the fused order.
 
         Returns:
-            Hits best first with their stage ranks, and the stage timings.
+            Hits best first with their stage ranks, the stage timings, and notes.
 
         Raises:
             ValueError: Empty query, k < 1, unknown mode, bad filters, or rerank without reranker.
+            TypeError: `reranker` is none of the accepted kinds.
             IndexMismatchError: The embedder is not the one that built the index.
         """
         if not query or not query.strip():
@@ -243,13 +293,12 @@ class HybridRetriever:
             raise ValueError(f"k must be >= 1, got {k}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if rerank_on_error not in ("raise", "fallback"):
-            raise ValueError(f"rerank_on_error must be 'raise' or 'fallback', got {rerank_on_error!r}")
-        if rerank and reranker is None and rerank_on_error != "fallback":
+        if rerank and reranker is None:
             raise ValueError(
-                "rerank=True needs a reranker (Reranker.from_dir(...)); pass reranker=..., or "
-                "rerank_on_error='fallback' to keep the fused order when none could be loaded"
+                "rerank=True needs a reranker: a backend (onnxrank.rerankers.make_reranker), a "
+                "Reranker, or a backend name (local, cohere, llm, none)"
             )
+        backend = as_backend(reranker) if rerank else None
         top_n = rerank_top_n if rerank_top_n is not None else default_rerank_top_n(k)
         if top_n < 1:
             raise ValueError(f"rerank_top_n must be >= 1, got {top_n}")
@@ -274,12 +323,14 @@ class HybridRetriever:
         fusion_ms = (time.perf_counter() - started) * 1000
         rerank_ms = 0.0
         reranked_order: list[tuple[int, float | None, bool]]
-        if rerank:
+        notes: list[str] = []
+        if backend is not None:
             started = time.perf_counter()
-            reranked_order = self._rerank(
-                query, fused, top_n, k, reranker, rerank_deadline_ms, rerank_on_error
+            reranked_order, candidates, scored = self._rerank(
+                query, fused, top_n, k, backend, rerank_deadline_ms
             )
             rerank_ms = (time.perf_counter() - started) * 1000
+            notes = rerank_notes(backend, candidates, scored, rerank_deadline_ms)
         else:
             reranked_order = [(label, None, False) for label, _ in fused[:k]]
         rrf = dict(fused)
@@ -295,9 +346,20 @@ class HybridRetriever:
                     rrf[label],
                     rerank_score,
                     was_reranked,
+                    backend.name if backend is not None and was_reranked else None,
                 )
             )
-        return SearchResult(hits, StageTimings(lexical_ms, dense_ms, fusion_ms, rerank_ms))
+        return SearchResult(
+            hits,
+            StageTimings(lexical_ms, dense_ms, fusion_ms, rerank_ms),
+            query=query,
+            k=k,
+            mode=mode,
+            filters=None if filters is None else dict(filters),
+            reranker=None if backend is None else backend.name,
+            reranker_model=None if backend is None else backend_model(backend),
+            notes=tuple(notes),
+        )
 
     def _search_dense(self, query: str, depth: int, filters: Filters | None) -> list[tuple[int, float]]:
         vector = self.embedder.embed([query])[0]
@@ -313,20 +375,13 @@ class HybridRetriever:
         fused: list[tuple[int, float]],
         top_n: int,
         k: int,
-        reranker: Reranker | None,
+        backend: RerankBackend,
         deadline_ms: float | None,
-        on_error: Literal["raise", "fallback"],
-    ) -> list[tuple[int, float | None, bool]]:
+    ) -> tuple[list[tuple[int, float | None, bool]], int, int]:
+        """(label, score, reranked) best first, k of them; and how many candidates were scored."""
         candidates = [label for label, _ in fused[:top_n]]
         passages = [chunk.passage for chunk in self._ordered_chunks(candidates)]
-        ranked: list[RankedDocument]
-        if reranker is None:
-            from onnxrank.engine.reranker import fallback_ranking
-
-            logger.warning("no reranker available; keeping the fused order (reranked=False)")
-            ranked = fallback_ranking(passages)
-        else:
-            ranked = reranker.rerank(query, passages, deadline_ms=deadline_ms, on_error=on_error)
+        ranked = backend.rerank(query, passages, deadline_ms=deadline_ms) if passages else []
         order = [
             (
                 candidates[document.index],
@@ -335,8 +390,9 @@ class HybridRetriever:
             )
             for document in ranked
         ]
+        scored = sum(1 for _, _, was_reranked in order if was_reranked)
         order.extend((label, None, False) for label, _ in fused[top_n:])
-        return order[:k]
+        return order[:k], len(candidates), scored
 
     def _ordered_chunks(self, labels: Sequence[int]) -> list[StoredChunk]:
         chunks = self.store.chunks(labels)
@@ -351,6 +407,7 @@ class HybridRetriever:
         rrf_score: float,
         rerank_score: float | None,
         reranked: bool,
+        reranker: str | None,
     ) -> Hit:
         return Hit(
             chunk_id=chunk.chunk_id,
@@ -370,4 +427,5 @@ class HybridRetriever:
             rrf_score=rrf_score,
             rerank_score=rerank_score,
             reranked=reranked,
+            reranker=reranker,
         )

@@ -16,11 +16,17 @@ from onnxrank.errors import IndexMismatchError
 from onnxrank.retrieval.chunking import Chunk, SourceDocument, chunk_document, read_source
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
 from onnxrank.retrieval.embedder import Embedder
-from onnxrank.retrieval.manifest import EmbedderRecord, IndexManifest, write_manifest_mirror
+from onnxrank.retrieval.manifest import (
+    EmbedderRecord,
+    IndexManifest,
+    embedder_record_options,
+    write_manifest_mirror,
+)
 from onnxrank.retrieval.store import ChunkStore
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_EMBEDDER = "minilm-embedder"
 DEFAULT_CHUNK_WORDS = 400
 DEFAULT_OVERLAP_WORDS = 80
 # Chunks embedded and committed per transaction: large enough to keep the embedder's batches
@@ -190,13 +196,17 @@ def _prepare_manifest(
                 asdict(hnsw),
             )
         return manifest
+    info = embedder.device_info
+    backend, precision = embedder_record_options(info.backend, info.variant, info.precision)
     manifest = IndexManifest(
         embedder=EmbedderRecord(
             name=spec.name,
             manifest_hash=spec.manifest_hash(),
-            variant=embedder.device_info.variant,
+            variant=info.variant,
             path=str(Path(embedder.model_dir).resolve()),
             dim=embedder.dim,
+            backend=backend,
+            precision=precision,
         ),
         chunk_words=chunk_words,
         overlap_words=overlap_words,

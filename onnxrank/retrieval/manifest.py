@@ -27,9 +27,25 @@ class EmbedderRecord:
 
     name: str
     manifest_hash: str  # ModelSpec.manifest_hash() of the embedder
-    variant: str  # fp32 / opt / int8 / fp16: queries default to the same one
+    variant: str  # the manifest variant that ran (fp32 / opt / int8 / fp16 / ov_int8)
     path: str  # where it was loaded from, to reload it for queries
     dim: int
+    # What queries pass to Embedder.from_dir to run the same arithmetic (indexes written before
+    # these fields existed hold "" and reload with precision=variant on the default backend).
+    backend: str = ""
+    precision: str = ""
+
+    def load_options(self) -> dict[str, Any]:
+        """The EngineConfig overrides that reload the embedder the index was built with."""
+        if not self.precision:
+            return {"precision": self.variant}
+        return {"backend": self.backend, "precision": self.precision}
+
+
+def embedder_record_options(backend: str, variant: str, precision: str) -> tuple[str, str]:
+    """(backend, precision) to request so that a reload runs what ran: the variant's name on
+    onnxruntime (fp32, opt, int8, fp16), the arithmetic on OpenVINO (its variants are ov_*)."""
+    return backend, precision if backend == "openvino" else variant
 
 
 @dataclass(frozen=True, slots=True)

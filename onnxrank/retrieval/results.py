@@ -1,11 +1,14 @@
-"""Result types of retrieval and the `Retriever` protocol."""
+"""Result types of retrieval, and the JSON payload of a search (shared by the CLI and servers)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
-Mode = Literal["vector", "lexical", "hybrid"]
+if TYPE_CHECKING:
+    from onnxrank.retrieval.compression import CompressedDocument
+
 MODES: tuple[str, ...] = ("vector", "lexical", "hybrid")
 
 
@@ -30,6 +33,9 @@ class Hit:
     rrf_score: float
     rerank_score: float | None  # None when not reranked
     reranked: bool
+    # The backend that produced rerank_score ("local", "cohere", "llm", ...); None when not
+    # reranked. Scores of different backends are not comparable.
+    reranker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +50,55 @@ class StageTimings:
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """Hits plus the per-stage timings of the search that produced them."""
+    """Hits, the per-stage timings, and what was asked (for the JSON payload).
+
+    Attributes:
+        hits: Best first.
+        timings: Wall time per stage.
+        query, k, mode, filters: The search's arguments.
+        reranker: Name of the rerank backend asked for ("local", "cohere"...), None without.
+        reranker_model: The model that backend ran, when it says.
+        notes: Facts a reader of the hits must know (a stand-in model's scores are not relevance
+            scores; reranking fell back to the fused order).
+        compressed: Per hit, the segments kept by `compress` (same order as `hits`), or None.
+    """
 
     hits: list[Hit]
     timings: StageTimings = field(default_factory=StageTimings)
+    query: str = ""
+    k: int = 0
+    mode: str = "hybrid"
+    filters: dict[str, Any] | None = None
+    reranker: str | None = None
+    reranker_model: str | None = None
+    notes: tuple[str, ...] = ()
+    compressed: tuple[CompressedDocument, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON payload of `onnxrank query --json` (NaN scores become null).
+
+        Keys: query, k, mode, filters, rerank, reranker, reranker_model, notes, timings_ms,
+        results (one object per hit with every Hit field, plus ``segments`` when compressed).
+        """
+        results = []
+        for position, hit in enumerate(self.hits):
+            record = {key: _json_number(value) for key, value in asdict(hit).items()}
+            if self.compressed is not None:
+                record["compression"] = self.compressed[position].to_dict()
+            results.append(record)
+        return {
+            "query": self.query,
+            "k": self.k,
+            "mode": self.mode,
+            "filters": self.filters,
+            "rerank": self.reranker is not None,
+            "reranker": self.reranker,
+            "reranker_model": self.reranker_model,
+            "notes": list(self.notes),
+            "timings_ms": asdict(self.timings),
+            "results": results,
+        }
 
 
-@runtime_checkable
-class Retriever(Protocol):
-    """Anything that returns ranked hits for a query (HybridRetriever is one)."""
-
-    def search(self, query: str, k: int = 10) -> list[Hit]:
-        """The `k` best hits for `query`, best first."""
-        ...
+def _json_number(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,7 +95,11 @@ class ChangeSet:
 
 
 class ChunkStore:
-    """The SQLite database of one index directory (single writer, any number of readers)."""
+    """The SQLite database of one index directory (single writer, any number of readers).
+
+    Each thread gets its own connection (WAL mode lets readers run beside the writer), so
+    concurrent searches never share a cursor or a transaction.
+    """
 
     def __init__(self, index_dir: str | Path, *, create: bool = False) -> None:
         self.index_dir = Path(index_dir)
@@ -105,12 +110,14 @@ class ChunkStore:
                 f"`onnxrank index --source PATH --index {self.index_dir}`"
             )
         self.index_dir.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        connection = self.connection
         try:
-            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in `transaction`).
-            self.connection = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            self.connection.execute("PRAGMA journal_mode=WAL")
-            self.connection.execute("PRAGMA foreign_keys=ON")
-            self.connection.executescript(SCHEMA)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(SCHEMA)
         except sqlite3.DatabaseError as err:
             raise RetrievalError(f"could not open index database {self.path}: {err}") from err
         if self.get_meta("schema_version") is None:
@@ -118,9 +125,37 @@ class ChunkStore:
                 self._set_meta("schema_version", str(SCHEMA_VERSION))
                 self._set_meta("generation", "0")
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection to the database (opened on the thread's first use).
+
+        Raises:
+            RetrievalError: The store is closed or the database cannot be opened.
+        """
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is not None:
+            return connection
+        with self._connections_lock:
+            if self._closed:
+                raise RetrievalError(f"the index database {self.path} is closed")
+            try:
+                # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE in `transaction`).
+                connection = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                connection.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.DatabaseError as err:
+                raise RetrievalError(f"could not open index database {self.path}: {err}") from err
+            self._connections.append(connection)
+        self._local.connection = connection
+        return connection
+
     def close(self) -> None:
-        """Close the database connection."""
-        self.connection.close()
+        """Close every thread's connection; later use raises RetrievalError."""
+        with self._connections_lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+        self._local = threading.local()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -35,16 +35,18 @@ def spec(tiny_model_dir: Path):
 
 
 def test_naive_loop_matches_engine_fp32(tiny_model_dir: Path, spec) -> None:
-    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", threads=1)
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                               precision="fp32", threads=1)
     naive = NaiveOrtBaseline(spec, tiny_model_dir, device="cpu", threads=1)
     np.testing.assert_allclose(naive.score(PAIRS), engine.score(PAIRS), atol=1e-4,
                                err_msg="naive onnxruntime loop vs engine fp32, tiny-reranker")
     assert naive.settings["variant"] == "fp32" and naive.settings["threads"] == 1
+    assert naive.settings["precision"] == "fp32"
 
 
 def test_sentence_transformers_matches_engine_fp32(tiny_model_dir: Path, spec) -> None:
-    pytest.importorskip("sentence_transformers")
-    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="fp32", threads=1)
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                               precision="fp32", threads=1)
     baseline = SentenceTransformersBaseline(spec, tiny_model_dir, device="cpu", threads=1)
     # CrossEncoder.predict applies its default activation (sigmoid for one label): same work.
     expected = 1.0 / (1.0 + np.exp(-engine.score(PAIRS)))
@@ -53,11 +55,11 @@ def test_sentence_transformers_matches_engine_fp32(tiny_model_dir: Path, spec) -
 
 
 def test_fastembed_runs_our_int8_file_at_full_length(tiny_model_dir: Path, spec) -> None:
-    pytest.importorskip("fastembed")
     # Dynamic int8 scales activations per batch, so the engine runs fastembed's batches: input
     # order, padded to the longest row.
-    engine = Reranker.from_dir(tiny_model_dir, device="cpu", precision="int8", threads=1,
-                               sort_by_length=False, pad_to_multiple=1)
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                               precision="int8", threads=1, sort_by_length=False,
+                               pad_to_multiple=1)
     baseline = FastembedBaseline(spec, tiny_model_dir, device="cpu", threads=1)
     np.testing.assert_allclose(baseline.score(PAIRS), engine.score(PAIRS), atol=1e-3,
                                err_msg="fastembed vs engine int8, tiny-reranker")
@@ -65,9 +67,21 @@ def test_fastembed_runs_our_int8_file_at_full_length(tiny_model_dir: Path, spec)
     long_pairs = [(QUERY, DOCUMENTS[2] * 6)] * 2
     np.testing.assert_allclose(baseline.score(long_pairs), engine.score(long_pairs), atol=1e-3)
     with pytest.raises(DeviceUnavailableError, match=re.escape(
-        "the fastembed baseline runs our int8 file, which is CPU-only"
+        "the fastembed baseline runs our int8 file on fastembed's CPU path only"
     )):
         FastembedBaseline(spec, tiny_model_dir, device="cuda", threads=1)
+
+
+def test_fastembed_on_its_default_fp32_file_matches_engine_fp32(tiny_model_dir: Path, spec) -> None:
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                               precision="fp32", threads=1)
+    baseline = FastembedBaseline(spec, tiny_model_dir, device="cpu", threads=1, variant="fp32")
+    np.testing.assert_allclose(baseline.score(PAIRS), engine.score(PAIRS), atol=1e-4,
+                               err_msg="fastembed on model.onnx vs engine fp32, tiny-reranker")
+    assert baseline.settings["precision"] == "fp32"
+    assert baseline.settings["model_file"] == str(tiny_model_dir / spec.variants["fp32"].file)
+    with pytest.raises(ValueError, match=re.escape("variant must be one of int8, fp32, got 'opt'")):
+        FastembedBaseline(spec, tiny_model_dir, device="cpu", threads=1, variant="opt")
 
 
 def test_checkpoint_lookup(tiny_model_dir: Path, tiny_checkpoint_dir: Path, spec) -> None:

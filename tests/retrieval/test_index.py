@@ -6,10 +6,8 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -132,22 +130,51 @@ def test_stale_hnsw_file_is_rebuilt_from_the_database(
 
 
 CRASH_SCRIPT = """
-import sys, time
+import sys
+import numpy as np
 from onnxrank.retrieval import Embedder, build_index
 
-class SlowEmbedder(Embedder):
-    # Slows each commit so the parent can kill the run between transactions or inside one.
-    def embed(self, texts, *, show_progress=False):
-        time.sleep(0.15)
-        return super().embed(texts, show_progress=show_progress)
+KILL_POINT = sys.argv[4]  # "between": before the 5th transaction; "inside": within it
+COMMITTED_BEFORE_KILL = 4
 
-embedder = SlowEmbedder.from_dir(sys.argv[1], device="cpu", threads=1)
+
+class BlockingVectors(np.ndarray):
+    # store.apply reads one row per chunk inside its transaction; the third read blocks.
+    def __getitem__(self, key):
+        if isinstance(key, int) and key == 2:
+            pause()
+        return super().__getitem__(key)
+
+
+def pause():
+    # Tell the parent where we are, then wait to be killed (the parent never answers).
+    sys.stdout.write("paused\\n")
+    sys.stdout.flush()
+    sys.stdin.read()
+    raise SystemExit("the parent closed stdin instead of killing this run")
+
+
+class PausingEmbedder(Embedder):
+    calls = 0
+
+    def embed(self, texts, *, show_progress=False):
+        PausingEmbedder.calls += 1
+        vectors = super().embed(texts, show_progress=show_progress)
+        if PausingEmbedder.calls == COMMITTED_BEFORE_KILL + 1:
+            if KILL_POINT == "between":
+                pause()
+            return vectors.view(BlockingVectors)
+        return vectors
+
+
+embedder = PausingEmbedder.from_dir(sys.argv[1], device="cpu", threads=1)
 build_index(sys.argv[2], sys.argv[3], embedder, chunks_per_transaction=4)
 """
 
 
+@pytest.mark.parametrize("kill_point", ["between", "inside"])
 def test_killed_indexing_run_leaves_a_consistent_index_and_resumes(
-    tmp_path: Path, bow_embedder_dir: Path, bow_embedder: Embedder
+    tmp_path: Path, bow_embedder_dir: Path, bow_embedder: Embedder, kill_point: str
 ) -> None:
     records = [
         {"id": f"d{i}", "title": f"Doc {i}", "text": f"topic{i} shared words number {i}"} for i in range(60)
@@ -157,30 +184,32 @@ def test_killed_indexing_run_leaves_a_consistent_index_and_resumes(
     script = tmp_path / "crash.py"
     script.write_text(CRASH_SCRIPT)
     process = subprocess.Popen(
-        [sys.executable, str(script), str(bow_embedder_dir), str(source), str(index)],
+        [sys.executable, str(script), str(bow_embedder_dir), str(source), str(index), kill_point],
         cwd=Path(__file__).parents[2],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        generation = 0
-        while generation < 4 and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.02)
-            try:
-                connection = sqlite3.connect(f"file:{index / 'index.sqlite'}?mode=ro", uri=True)
-                row = connection.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
-                connection.close()
-                generation = int(row[0]) if row else 0
-            except sqlite3.Error:
-                generation = 0
-        assert process.poll() is None, "the indexing run finished before it could be killed"
+        # The child writes one line when it reaches the kill point, then blocks on stdin; EOF
+        # here means it exited first (the assertion below then shows how).
+        assert process.stdout is not None
+        signal_line = process.stdout.readline()
+        assert signal_line == "paused\n", f"the indexing run exited early ({process.wait(timeout=30)})"
         os.kill(process.pid, signal.SIGKILL)
     finally:
+        process.kill()
         process.wait(timeout=30)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
     assert process.returncode == -signal.SIGKILL
     assert not (index / "manifest.json").exists()  # the run never reached its end
 
+    # Four transactions of four documents committed; the fifth never did, killed before it began
+    # or inside it.
     partial = consistent_sides(index, bow_embedder)
-    assert 4 <= len(partial) < 60
+    assert partial == {f"d{i}" for i in range(16)}
 
     report = build_index(source, index, bow_embedder)
     assert report.unchanged == len(partial)

@@ -1,0 +1,362 @@
+"""The state one `onnxrank bench` session shares between its scenarios: settings, model, caches,
+the hardware ceiling, results and budget verdicts (conftest.py creates it from the --bench-* options).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from onnxrank import Reranker
+from onnxrank.bench.baselines import (
+    FLASHRANK_SKIP_REASON,
+    FastembedBaseline,
+    NaiveOrtBaseline,
+    SentenceTransformersBaseline,
+)
+from onnxrank.bench.budgets import BudgetFile, Verdict, check_budgets, load_budgets, verdict_table
+from onnxrank.bench.ceiling import ceiling_share
+from onnxrank.bench.contenders import pairs_contender
+from onnxrank.bench.environment import calibrate, device_unavailable_reason, machine_info, parse_devices
+from onnxrank.bench.flops import ModelFlops, model_flops
+from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved, summarize
+from onnxrank.bench.workloads import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_SEED,
+    PassageSource,
+    Regime,
+    Request,
+    Workload,
+    build_workload,
+    load_dataset,
+    parse_regimes,
+)
+from onnxrank.engine.devices import usable_cpus
+from onnxrank.errors import MissingDependencyError, RerankError
+
+logger = logging.getLogger(__name__)
+
+BASELINE_CLASSES = {
+    "st": SentenceTransformersBaseline,
+    "naive_ort": NaiveOrtBaseline,
+    "fastembed": FastembedBaseline,
+    "fastembed_fp32": FastembedBaseline,
+}
+# Keyword arguments of each baseline beyond (spec, model_dir, device, threads).
+BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
+    "fastembed": {"variant": "int8"},
+    "fastembed_fp32": {"variant": "fp32"},
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each scenario does: --bench-quick uses the small column."""
+
+    candidates: int
+    latency_queries: int
+    throughput_requests: int
+    throughput_requests_per_round: int
+    sweep_queries: int
+    long_document_queries: int
+    max_batch_tokens: tuple[int, ...]
+    max_batch_size: tuple[int, ...]
+    ceiling_samples: int
+    ceiling_sample_seconds: float
+
+
+# A full CPU run of MiniLM-L6 on 2 idle cores takes about 20 minutes with these sizes (19 min
+# measured before the ceiling scenario and the second fastembed baseline were added).
+FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=20, throughput_requests=40,
+             throughput_requests_per_round=8, sweep_queries=8, long_document_queries=4,
+             max_batch_tokens=(1024, 2048, 4096, 8192, 16384),
+             max_batch_size=(8, 16, 32, 64, 128), ceiling_samples=15,
+             ceiling_sample_seconds=0.02)
+# Quick checks the suite, not the numbers: fewer candidates and queries keep it short even with a
+# full-size model, so its budgets (set for 50 candidates) are reported, never enforced.
+QUICK = Sizes(candidates=10, latency_queries=2, throughput_requests=2,
+              throughput_requests_per_round=1, sweep_queries=2, long_document_queries=1,
+              max_batch_tokens=(512, 2048, 8192), max_batch_size=(8, 64), ceiling_samples=3,
+              ceiling_sample_seconds=0.002)
+
+
+class BenchRun:
+    """State shared by the scenarios of one session: settings, model, caches, results."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        option = config.getoption
+        self.quick: bool = option("--bench-quick")
+        sizes = QUICK if self.quick else FULL
+        queries = option("--bench-queries")
+        if queries is not None and queries < 1:
+            raise ValueError(f"--bench-queries must be >= 1, got {queries}")
+        self.sizes = sizes if queries is None else dataclasses.replace(sizes,
+                                                                        latency_queries=queries)
+        self.devices = parse_devices(option("--bench-device"))
+        self.regimes: list[Regime] = parse_regimes(option("--bench-regimes"))
+        threads = option("--bench-threads")
+        self.threads: int = usable_cpus() if threads is None else threads
+        if self.threads < 1:
+            raise ValueError(f"--bench-threads must be >= 1, got {self.threads}")
+        self.out = Path(option("--bench-out"))
+        self.budgets: BudgetFile = load_budgets(option("--bench-budgets"))
+        self.dataset_path = Path(option("--bench-dataset"))
+        self.model_name: str = option("--bench-model")
+        self.models_dir = Path(option("--bench-models-dir"))
+        self.embedder_name: str = option("--bench-embedder")
+        self.results: list[ScenarioResult] = []
+        self.verdicts: list[Verdict] = []
+        # precision -> the fastest GEMM of that precision (set by the ceiling scenario)
+        self.ceilings: dict[str, dict[str, Any]] = {}
+        self.ceiling_note = "the ceiling scenario did not run"
+        self._engines: dict[tuple[Any, ...], Reranker] = {}
+        self._baselines: dict[tuple[str, str], Any] = {}
+        self._workloads: dict[tuple[str, int], Workload] = {}
+        self._request_flops: dict[int, float] = {}
+        self._source: PassageSource | None = None
+        self._calibration_ms: float | None = None
+        self._machine: dict[str, Any] | None = None
+        self._reference_engine: Reranker | None = None
+        self._flops: ModelFlops | str | None = None
+
+    # --- lazily computed, once per session ----------------------------------------------------
+
+    @property
+    def reference_engine(self) -> Reranker:
+        """The default engine on CPU: gives the model directory, spec and tokenizer."""
+        if self._reference_engine is None:
+            self._reference_engine = Reranker.from_pretrained(
+                self.model_name, models_dir=self.models_dir, device="cpu", threads=self.threads
+            )
+        return self._reference_engine
+
+    @property
+    def model_dir(self) -> Path:
+        return self.reference_engine.model_dir
+
+    @property
+    def model_label(self) -> str:
+        spec = self.reference_engine.spec
+        if spec.relevance_trained:
+            return f"{spec.name} (relevance-trained)"
+        return (f"{spec.name}: NOT relevance-trained, its scores are NOT relevance scores "
+                "(speed measurements only)")
+
+    @property
+    def calibration_ms(self) -> float:
+        if self._calibration_ms is None:
+            self._calibration_ms = calibrate()
+        return self._calibration_ms
+
+    @property
+    def scale(self) -> float:
+        """Factor applied to absolute budgets: this machine now vs the reference machine."""
+        return self.calibration_ms / self.budgets.reference_ms
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        if self._machine is None:
+            self._machine = machine_info()
+        return self._machine
+
+    @property
+    def model_flops(self) -> ModelFlops | str:
+        """FLOPs per pair from the fp32 graph, or why they cannot be counted."""
+        if self._flops is None:
+            spec = self.reference_engine.spec
+            if "fp32" not in spec.variants:
+                self._flops = (f"model {spec.name!r} has no fp32 variant to count FLOPs on "
+                               f"(it has {', '.join(spec.variants)})")
+            else:
+                try:
+                    self._flops = model_flops(self.model_dir / spec.variants["fp32"].file)
+                except (ValueError, MissingDependencyError) as err:
+                    self._flops = f"model FLOPs not counted: {err}"
+        return self._flops
+
+    def workload(self, regime: Regime, queries: int) -> Workload:
+        """The seeded workload of a regime (built once per session and size)."""
+        key = (regime.name, queries)
+        if key not in self._workloads:
+            if self._source is None:
+                self._source = PassageSource(load_dataset(self.dataset_path),
+                                             self.reference_engine.tokenizer)
+            self._workloads[key] = build_workload(self._source, regime, queries=queries,
+                                                  candidates=self.sizes.candidates,
+                                                  seed=DEFAULT_SEED)
+        return self._workloads[key]
+
+    def request_flops(self, request: Request) -> float | None:
+        """Model FLOPs of scoring every pair of `request` once (each pair truncated at
+        max_length, as the engine reads it); None when FLOPs cannot be counted."""
+        flops = self.model_flops
+        if isinstance(flops, str):
+            return None
+        key = id(request)
+        if key not in self._request_flops:
+            engine = self.reference_engine
+            encodings = engine.tokenizer.encode_batch(
+                [(request.query, document) for document in request.documents])
+            max_length = engine.config.max_length or engine.spec.max_length
+            self._request_flops[key] = flops.pairs(
+                [min(len(encoding.ids), max_length) for encoding in encodings])
+        return self._request_flops[key]
+
+    def engine(self, device: str, **overrides: Any) -> Reranker:
+        """A Reranker on `device` with `overrides` (EngineConfig fields, as from_dir takes them).
+
+        The default engine of each device is kept for the session; engines with other settings
+        live until the end of the test (release_engines), so that a sweep's sessions and their
+        memory arenas do not pile up.
+        """
+        overrides.setdefault("threads", self.threads)
+        key = (device, tuple(sorted(overrides.items())))
+        if key not in self._engines:
+            self._engines[key] = Reranker.from_dir(self.model_dir, device=device, **overrides)
+        return self._engines[key]
+
+    def release_engines(self) -> None:
+        """Drop every engine except the default one of each device."""
+        default = (("threads", self.threads),)
+        self._engines = {key: engine for key, engine in self._engines.items()
+                         if key[1] == default}
+
+    def baseline(self, name: str, device: str) -> Any:
+        """A baseline instance, or the reason (str) it cannot run here; cached per session."""
+        key = (name, device)
+        if key not in self._baselines:
+            try:
+                self._baselines[key] = BASELINE_CLASSES[name](
+                    self.reference_engine.spec, self.model_dir, device=device,
+                    threads=self.threads, **BASELINE_OPTIONS.get(name, {}),
+                )
+            except (RerankError, MissingDependencyError) as err:
+                logger.warning("baseline %s skipped on %s: %s", name, device, err)
+                self._baselines[key] = f"skipped: {err}"
+        return self._baselines[key]
+
+    # --- measuring and recording ----------------------------------------------------------------
+
+    def require_device(self, scenario: str, regime: str, device: str) -> None:
+        """Record an "unavailable" row and skip the test when `device` cannot run here."""
+        reason = device_unavailable_reason(device)
+        if reason is not None:
+            self.results.append(ScenarioResult(scenario=scenario, regime=regime, device=device,
+                                               status=reason))
+            pytest.skip(reason)
+
+    def baseline_contenders(
+        self, device: str, names: Sequence[str]
+    ) -> tuple[list[Contender[Sequence[Request]]], dict[str, str]]:
+        """Baselines scoring a chunk of requests' pairs, plus skip reasons of the others."""
+        contenders, skipped = [], {}
+        for name in names:
+            baseline = self.baseline(name, device)
+            if isinstance(baseline, str):
+                skipped[name] = baseline
+                continue
+            contenders.append(pairs_contender(name, baseline.label, baseline.settings,
+                                              baseline.score))
+        return contenders, skipped
+
+    def compare(
+        self, benchmark: Any, *, scenario: str, regime: str, device: str,
+        contenders: Sequence[Contender[Any]], items: Sequence[Sequence[Request]],
+        pairs_per_item: Sequence[int], ratios: Sequence[tuple[str, str]],
+        skipped: dict[str, str] | None = None, workload: Workload, count_flops: bool = True,
+    ) -> ScenarioResult:
+        """Measure interleaved, record the result, and fail the test on a broken budget.
+
+        Args:
+            count_flops: Report effective model ops/s (False where a contender does more than
+                one model pass per pair, as long_documents="max_chunk" does).
+        """
+        flops = None
+        if count_flops:
+            per_item = [[self.request_flops(request) for request in item] for item in items]
+            if all(value is not None for values in per_item for value in values):
+                flops = [float(sum(values)) for values in per_item]  # type: ignore[arg-type]
+        timings = measure_interleaved(benchmark, contenders, items, pairs_per_item)
+        result = summarize(scenario, regime, device, contenders, timings, ratios=ratios,
+                           skipped=skipped or {}, workload=workload.describe(),
+                           flops_per_item=flops)
+        self.record(benchmark, result)
+        return result
+
+    def record(self, benchmark: Any, result: ScenarioResult) -> None:
+        """Add shares of the ceiling, then `result` to the report and extra_info; fail the test
+        on a broken enforced budget."""
+        for contender in result.contenders.values():
+            stats = contender["stats"]
+            if "effective_ops_per_s" in stats:
+                stats.update(ceiling_share(stats["effective_ops_per_s"],
+                                           contender["settings"].get("precision"),
+                                           self.ceilings, self.ceiling_note))
+        benchmark.group = f"{result.scenario}/{result.regime}/{result.device}"
+        benchmark.extra_info.update({
+            "scenario": result.scenario, "regime": result.regime, "device": result.device,
+            "quick": self.quick, "model": self.model_label, "threads": self.threads,
+            "contenders": {name: value["settings"] for name, value in result.contenders.items()},
+            "ratios": result.ratios, "skipped": result.skipped, "workload": result.workload,
+            "machine": self.machine,
+        })
+        self.results.append(result)
+        verdicts = check_budgets(self.budgets, result, model=self.reference_engine.spec.name,
+                                 scale=self.scale, not_enforced=self.not_enforced_reason)
+        self.verdicts.extend(verdicts)
+        broken = [verdict for verdict in verdicts if verdict.failed]
+        if broken:
+            pytest.fail("budget broken:\n" + verdict_table(broken), pytrace=False)
+
+    @property
+    def not_enforced_reason(self) -> str | None:
+        """Why no budget is enforced in this run (a quick run), or None."""
+        if not self.quick:
+            return None
+        return (f"quick run ({self.sizes.candidates} candidates, {self.sizes.latency_queries} "
+                f"queries): budgets hold for the full workload of {DEFAULT_CANDIDATES} candidates")
+
+    def skip_scenario(self, scenario: str, regime: str, device: str, reason: str) -> NoReturn:
+        """Record a skipped row (shown in the report) and skip the test with `reason`."""
+        self.results.append(ScenarioResult(scenario=scenario, regime=regime, device=device,
+                                           status=f"skipped: {reason}"))
+        pytest.skip(reason)
+
+    def run_metadata(self) -> dict[str, Any]:
+        reference = self._reference_engine
+        flops = self._flops
+        return {
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "quick": self.quick,
+            "model": {
+                "name": reference.spec.name if reference else self.model_name,
+                "path": str(reference.model_dir) if reference else self.model_name,
+                "label": self.model_label if reference else "not loaded",
+                "variants": list(reference.spec.variants) if reference else [],
+                "flops": (dataclasses.asdict(flops) if isinstance(flops, ModelFlops)
+                          else flops or "not counted"),
+            },
+            "dataset": str(self.dataset_path),
+            "candidates": self.sizes.candidates,
+            "seed": DEFAULT_SEED,
+            "devices": self.devices,
+            "regimes": [regime.name for regime in self.regimes],
+            "threads": self.threads,
+            "sizes": dataclasses.asdict(self.sizes),
+            "budgets_file": str(self.budgets.path),
+            "budgets_enforced": self.not_enforced_reason is None,
+            "reference_machine": self.budgets.reference_machine,
+            "reference_ms": self.budgets.reference_ms,
+            "calibration_ms": self.calibration_ms,
+            "scale": self.scale,
+            "ceilings": self.ceilings,
+            "ceiling_note": self.ceiling_note if not self.ceilings else "",
+            "machine": self.machine,
+            "flashrank": FLASHRANK_SKIP_REASON,
+        }

@@ -1,0 +1,285 @@
+"""Serving: `onnxrank serve` under HTTP load on loopback, beside rerank_many and Infinity.
+
+1. Closed loop at 1, 4, 16 and 64 concurrent clients, each request one query with the
+   workload's candidates (50 in a full run), on the short and mixed regimes. Contenders, measured
+   interleaved round by round (onnxrank.bench.harness): the server with cross-request batching
+   ("serve"), without it ("serve_nobatch": one engine run per request), Infinity serving the same
+   checkpoint ("infinity", its own virtualenv, telemetry off), and at 16 clients the engine's
+   rerank_many in this process on the same requests in chunks of 16 ("rerank_many": what the
+   server could reach without HTTP and JSON). A round is the same list of requests for every
+   contender; pairs/s come from round times, p50/p95/p99 from each request's latency.
+2. Open loop at twice the capacity "serve" reached at 16 clients, for a bounded time, against a
+   fresh server with the default queue: share of 429s, latency of accepted requests, memory
+   before and after, and a count (client and server side) that no request was lost or answered
+   twice. The test fails when one was.
+
+Servers run as their own processes on 127.0.0.1. Budgets (budgets.toml): scenarios
+"serving_c1", "serving_c4", "serving_c16", "serving_c64" and "serving_overload".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from onnxrank.bench.harness import (
+    Contender,
+    ScenarioResult,
+    measure_interleaved,
+    ratio_stats,
+    time_stats,
+)
+from onnxrank.bench.serving import (
+    InfinityProcess,
+    LoadResult,
+    ServerProcess,
+    Target,
+    closed_loop,
+    cohere_bodies,
+    latency_stats,
+    metric_value,
+    missing_serving_dependency,
+    open_loop,
+)
+from onnxrank.bench.suite.bench_run import BenchRun
+from onnxrank.bench.workloads import Regime, Request
+
+SCENARIO = "serving"
+CLIENT_LEVELS = (1, 4, 16, 64)
+SERVING_REGIMES = ("short", "mixed")
+CAPACITY_CLIENTS = 16
+FULL_ROUNDS, QUICK_ROUNDS = 3, 1
+OVERLOAD_FACTOR = 2.0
+FULL_OVERLOAD_S, QUICK_OVERLOAD_S = 20.0, 2.0
+LOOP_TIME_LIMIT_S = 600.0
+# Closed-loop servers queue every client's request (64 clients): no 429 may cut a round short.
+CLOSED_LOOP_QUEUE = "128"
+
+# Pairs/s of "serve" at CAPACITY_CLIENTS per regime: the overload test sends twice that.
+_capacity: dict[str, float] = {}
+_c16_p99_ms: dict[str, float] = {}
+
+
+def _rounds(bench: BenchRun) -> int:
+    return QUICK_ROUNDS if bench.quick else FULL_ROUNDS
+
+
+def _per_round(bench: BenchRun, clients: int) -> int:
+    # Quick checks the suite, not the numbers: at most 16 requests a round (some of 64 clients
+    # then never send), so that it stays short.
+    return min(max(2, clients), 16) if bench.quick else max(32, 2 * clients)
+
+
+class _Servers:
+    """The server processes shared by the closed-loop levels, started on first use (after the
+    scenario's own checks), or why one could not start."""
+
+    def __init__(self, bench: BenchRun) -> None:
+        self._bench = bench
+        self._started: dict[str, Any] | None = None
+
+    def get(self) -> dict[str, Any]:
+        if self._started is None:
+            bench, args = self._bench, ("--max-queue", CLOSED_LOOP_QUEUE)
+            self._started = {}
+            self._started["serve"] = ServerProcess(bench.model_dir, threads=bench.threads,
+                                                   batching=True, extra_args=args)
+            self._started["serve_nobatch"] = ServerProcess(
+                bench.model_dir, threads=bench.threads, batching=False, extra_args=args)
+            try:
+                self._started["infinity"] = InfinityProcess(bench.model_dir / "checkpoint",
+                                                            threads=bench.threads)
+            except (FileNotFoundError, RuntimeError, TimeoutError) as err:
+                self._started["infinity"] = f"skipped: {err}"
+        return self._started
+
+    def stop(self) -> None:
+        for server in (self._started or {}).values():
+            if not isinstance(server, str):
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(bench: BenchRun) -> Iterator[_Servers]:
+    pool = _Servers(bench)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def _serving_regime(bench: BenchRun, regime: Regime, device: str, scenario: str) -> None:
+    bench.require_device(scenario, regime.name, device)
+    if device != "cpu":
+        bench.skip_scenario(scenario, regime.name, device, "the serving scenario runs on CPU")
+    if regime.name not in SERVING_REGIMES:
+        bench.skip_scenario(scenario, regime.name, device,
+                            f"the serving scenario runs on {' and '.join(SERVING_REGIMES)} only")
+    missing = missing_serving_dependency()
+    if missing is not None:
+        bench.skip_scenario(scenario, regime.name, device, missing)
+
+
+def _requests(bench: BenchRun, regime: Regime) -> tuple[Request, ...]:
+    needed = _rounds(bench) * _per_round(bench, max(CLIENT_LEVELS))
+    return bench.workload(regime, needed).requests
+
+
+def _http_contender(target: Target, clients: int, per_round: int,
+                    results: dict[str, list[LoadResult]]) -> Contender[int]:
+    def run(round_index: int) -> None:
+        start = round_index * per_round
+        result = closed_loop(target.url, target.bodies[start:start + per_round],
+                             clients=clients, time_limit_s=LOOP_TIME_LIMIT_S)
+        results.setdefault(target.name, []).append(result)
+
+    return Contender(name=target.name, label=target.label, run=run,
+                     settings={**target.settings, "clients": clients})
+
+
+@pytest.mark.parametrize("clients", CLIENT_LEVELS, ids=[f"c{level}" for level in CLIENT_LEVELS])
+def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Regime,
+                             clients: int, servers: _Servers) -> None:
+    scenario = f"{SCENARIO}_c{clients}"
+    _serving_regime(bench, regime, device, scenario)
+    requests = _requests(bench, regime)
+    per_round = _per_round(bench, clients)
+    rounds = _rounds(bench)
+    model = bench.reference_engine.spec.name
+    bodies = cohere_bodies(requests, model)
+    labels = {
+        "serve": "onnxrank serve, cross-request batching (POST /v1/rerank)",
+        "serve_nobatch": "onnxrank serve, one engine run per request (--no-batching)",
+        "infinity": "Infinity (infinity-emb, torch engine) on the same checkpoint (POST /rerank)",
+    }
+    skipped: dict[str, str] = {}
+    targets = []
+    for name, server in servers.get().items():
+        if isinstance(server, str):
+            skipped[name] = server
+            continue
+        path = "/rerank" if name == "infinity" else "/v1/rerank"
+        targets.append(Target(name=name, label=labels[name], url=server.base_url + path,
+                              bodies=bodies if name != "infinity"
+                              else cohere_bodies(requests, "peer"),
+                              settings={"threads": bench.threads, "server": name}))
+    results: dict[str, list[LoadResult]] = {}
+    contenders = [_http_contender(target, clients, per_round, results) for target in targets]
+    ratios = [("serve", "serve_nobatch"), ("serve", "infinity")]
+    if clients == CAPACITY_CLIENTS:
+        engine = bench.engine(device)
+
+        def rerank_many(round_index: int) -> None:
+            start = round_index * per_round
+            round_requests = [(request.query, request.documents)
+                              for request in requests[start:start + per_round]]
+            for chunk in range(0, len(round_requests), clients):
+                engine.rerank_many(round_requests[chunk:chunk + clients])
+
+        contenders.append(Contender(
+            name="rerank_many", label=f"engine rerank_many in-process, chunks of {clients}",
+            run=rerank_many, settings={"threads": bench.threads, "chunk": clients}))
+        ratios.append(("serve", "rerank_many"))
+    # measure_interleaved first runs items[0] once untimed (warm-up), then times every item.
+    items = list(range(rounds))
+    pairs = [sum(len(request.documents) for request in
+                 requests[index * per_round:(index + 1) * per_round]) for index in items]
+    timings = measure_interleaved(benchmark, contenders, items, pairs)
+    measured: dict[str, dict[str, Any]] = {}
+    for contender in contenders:
+        stats = time_stats(timings.seconds[contender.name], pairs)
+        loads = results.get(contender.name, [])[1:]  # without the warm-up run
+        if loads:
+            statuses: Counter[int | str] = Counter()
+            for load in loads:
+                statuses.update(load.statuses)
+            stats.update(latency_stats([value for load in loads
+                                        for value in load.accepted_latencies_s()]))
+            stats["statuses"] = {str(status): count for status, count in statuses.items()}
+            refused = {status: count for status, count in statuses.items() if status != 200}
+            if refused and contender.name.startswith("serve"):
+                pytest.fail(f"{contender.name} refused closed-loop requests: {refused}")
+        measured[contender.name] = {"label": contender.label, "settings": contender.settings,
+                                    "stats": stats}
+    result = ScenarioResult(
+        scenario=scenario, regime=regime.name, device=device, contenders=measured,
+        ratios={f"{faster}/{slower}": ratio_stats(timings.seconds[faster], timings.seconds[slower])
+                for faster, slower in ratios
+                if faster in timings.seconds and slower in timings.seconds},
+        skipped=skipped,
+        workload={**bench.workload(regime, len(requests)).describe(), "clients": clients,
+                  "requests_per_round": per_round, "rounds": rounds},
+    )
+    if clients == CAPACITY_CLIENTS and "serve" in measured:
+        _capacity[regime.name] = measured["serve"]["stats"]["pairs_per_s"]
+        _c16_p99_ms[regime.name] = measured["serve"]["stats"].get("p99_ms", math.nan)
+    bench.record(benchmark, result)
+
+
+def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regime) -> None:
+    scenario = f"{SCENARIO}_overload"
+    _serving_regime(bench, regime, device, scenario)
+    if regime.name not in _capacity:
+        bench.skip_scenario(scenario, regime.name, device,
+                            f"needs the capacity measured by serving_c{CAPACITY_CLIENTS} first")
+    requests = _requests(bench, regime)
+    candidates = len(requests[0].documents)
+    rate = OVERLOAD_FACTOR * _capacity[regime.name] / candidates
+    duration = QUICK_OVERLOAD_S if bench.quick else FULL_OVERLOAD_S
+    bodies = cohere_bodies(requests, bench.reference_engine.spec.name)
+    server = ServerProcess(bench.model_dir, threads=bench.threads, batching=True)
+    try:
+        url = server.base_url + "/v1/rerank"
+        closed_loop(url, bodies[:4], clients=2, time_limit_s=LOOP_TIME_LIMIT_S)  # warm-up
+        before_text = server.metrics_text()
+        rss_before = server.rss_bytes
+        load: LoadResult = benchmark.pedantic(
+            lambda: open_loop(url, bodies, rate_per_s=rate, duration_s=duration),
+            rounds=1, iterations=1)
+        after_text = server.metrics_text()
+        rss_after = server.rss_bytes
+    finally:
+        server.stop()
+    counted = {
+        status: metric_value(after_text, "onnxrank_requests_total", endpoint="/v1/rerank",
+                             status=status)
+        - metric_value(before_text, "onnxrank_requests_total", endpoint="/v1/rerank",
+                       status=status)
+        for status in ("200", "429", "503")
+    }
+    server_total = metric_value(after_text, "onnxrank_requests_total", endpoint="/v1/rerank") \
+        - metric_value(before_text, "onnxrank_requests_total", endpoint="/v1/rerank")
+    accepted = load.accepted_latencies_s()
+    stats = {
+        **latency_stats(accepted),
+        "pairs_per_s": len(accepted) * candidates / load.elapsed_s,
+        "offered_requests_per_s": rate, "sent": load.sent, "answered": load.answered,
+        "statuses": {str(status): count for status, count in load.statuses.items()},
+        "server_counted": server_total, "server_counted_by_status": counted,
+        "share_429": load.statuses.get(429, 0) / max(1, load.sent),
+        "rss_before_mb": None if rss_before is None else rss_before / 2**20,
+        "rss_after_mb": None if rss_after is None else rss_after / 2**20,
+    }
+    ratios = {}
+    if accepted and not math.isnan(_c16_p99_ms[regime.name]):
+        value = _c16_p99_ms[regime.name] / stats["p99_ms"]
+        ratios["c16_p99/overload_p99"] = {"n": 1, "min": value, "median": value, "max": value}
+    bench.record(benchmark, ScenarioResult(
+        scenario=scenario, regime=regime.name, device=device,
+        contenders={"serve": {"label": f"onnxrank serve (defaults) at {OVERLOAD_FACTOR:g}x the "
+                                       f"capacity at {CAPACITY_CLIENTS} clients, open loop",
+                              "settings": {"threads": bench.threads, "duration_s": duration},
+                              "stats": stats}},
+        ratios=ratios,
+        workload={"requests_per_s": rate, "duration_s": duration, "candidates": candidates},
+    ))
+    # Every request sent got exactly one answer, and the server counted each once.
+    assert load.answered == load.sent, f"lost requests: {load.sent - load.answered} of {load.sent}"
+    assert server_total == load.sent, (
+        f"the server counted {server_total} answers for {load.sent} requests sent")
+    assert counted["200"] == load.statuses.get(200, 0)
+    assert counted["429"] == load.statuses.get(429, 0)

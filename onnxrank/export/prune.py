@@ -1,0 +1,102 @@
+"""Last layer for [CLS] only: an exact rewrite of a cross-encoder before ONNX export.
+
+A cross-encoder's head reads one row of the last encoder layer, position 0 ([CLS] / ``<s>``).
+Every other row of that layer is computed and thrown away. `cls_only_model` returns a copy of the
+model whose last layer computes the query projection, the attention output, the feed-forward block
+and both LayerNorms for row 0 only; keys and values still come from every token, so the [CLS] row
+is the same up to float rounding. On MiniLM-L6 at 100 tokens that is about 14% fewer FLOPs.
+
+The rewrite reuses the layer's own modules. The query side is the row-0 slice and the full hidden
+states go in as ``encoder_hidden_states``, which transformers' self-attention uses for keys and
+values (the cross-attention path); then the attention output and the feed-forward block run on that
+one row. Nothing is re-implemented, so the arithmetic is the library's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from onnxrank._optional import require
+
+logger = logging.getLogger(__name__)
+
+# Sequence-classification heads that read position 0 of the last hidden state and nothing else:
+# BertForSequenceClassification through its pooler (hidden[:, 0]), the others in their
+# ClassificationHead (features[:, 0, :]).
+CLS_HEAD_CLASSES = (
+    "BertForSequenceClassification",
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "ElectraForSequenceClassification",
+)
+
+
+def cls_only_support(model: Any) -> str | None:
+    """Why `model` cannot be pruned to its [CLS] row, or None when it can.
+
+    1. The model class must be one whose head reads only position 0 (CLS_HEAD_CLASSES).
+    2. It must be an encoder (not ``is_decoder``) with eager attention, because the rewrite drives
+       the eager self-attention module's cross-attention path.
+    3. Its last layer must have the BERT layer structure (attention.self with query/key/value,
+       attention.output, feed_forward_chunk).
+    """
+    name = type(model).__name__
+    if name not in CLS_HEAD_CLASSES:
+        return f"{name} is not one of {', '.join(CLS_HEAD_CLASSES)}"
+    config = model.config
+    if getattr(config, "is_decoder", False):
+        return "the model is a decoder"
+    implementation = getattr(config, "_attn_implementation", "eager")
+    if implementation != "eager":
+        return f"attention implementation is {implementation!r}, not 'eager'"
+    layers = getattr(getattr(model.base_model, "encoder", None), "layer", None)
+    if layers is None or len(layers) == 0:
+        return "no base_model.encoder.layer list"
+    last = layers[-1]
+    attention = getattr(last, "attention", None)
+    self_attention = getattr(attention, "self", None)
+    if self_attention is None or not all(
+            hasattr(self_attention, part) for part in ("query", "key", "value")) or not hasattr(
+            attention, "output") or not hasattr(last, "feed_forward_chunk"):
+        return f"the last layer ({type(last).__name__}) does not have the BERT layer structure"
+    return None
+
+
+def cls_only_model(model: Any) -> Any:
+    """A deep copy of `model` whose last encoder layer computes the [CLS] row only.
+
+    The copy's last hidden state is [batch, 1, hidden]; the classification head sees the same
+    [CLS] vector as before. `model` itself is not changed (it stays the PyTorch reference).
+
+    Raises:
+        ValueError: `model` cannot be pruned (the message says why; see cls_only_support).
+    """
+    torch = require("torch", extra="export")
+    reason = cls_only_support(model)
+    if reason is not None:
+        raise ValueError(f"cannot prune the last layer to [CLS] only: {reason}")
+
+    class ClsOnlyLayer(torch.nn.Module):  # type: ignore[name-defined]
+        """The wrapped layer, evaluated for row 0 only (same call signature as BertLayer)."""
+
+        def __init__(self, layer: Any) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, hidden_states: Any, attention_mask: Any = None, *args: Any,
+                    **kwargs: Any) -> tuple[Any]:
+            cls_row = hidden_states[:, :1]
+            # query from the [CLS] row; keys and values from every token (cross-attention path);
+            # the additive mask [batch, 1, 1, sequence] broadcasts over the single query row
+            context = self.layer.attention.self(
+                cls_row, attention_mask=attention_mask, encoder_hidden_states=hidden_states)[0]
+            attention_output = self.layer.attention.output(context, cls_row)
+            return (self.layer.feed_forward_chunk(attention_output),)
+
+    pruned = copy.deepcopy(model).eval()
+    layers = pruned.base_model.encoder.layer
+    layers[-1] = ClsOnlyLayer(layers[-1])
+    logger.info("last encoder layer (%d of %d) pruned to the [CLS] row", len(layers), len(layers))
+    return pruned

@@ -1,0 +1,185 @@
+"""OpenVINO int8 (variant ov_int8): NNCF post-training quantization of the fp32 graph, saved as IR.
+
+The fp32 ``model.onnx`` is read by the OpenVINO runtime, quantized by ``nncf.quantize`` with
+``model_type=nncf.ModelType.TRANSFORMER`` (SmoothQuant on by default), calibrated on the shipped
+calibration pairs (never on validation pairs), and saved with ``openvino.save_model`` as
+``model_ov_int8.xml`` + ``model_ov_int8.bin``. Activation scales are static (calibrated), so a
+row's score does not depend on which rows share its batch, unlike onnxruntime's dynamic int8.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxrank._optional import require
+from onnxrank.export.quantize import (
+    activation_matmuls,
+    ffn_down_projections,
+    ffn_up_projections,
+    head_projections,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OvInt8Settings:
+    """How model_ov_int8.xml is made (see DEFAULT_OV_INT8_RECIPES and docs/export.md).
+
+    Attributes:
+        smooth_quant_alpha: SmoothQuant's migration strength for MatMuls; None = NNCF's default
+            for transformers; a negative value switches SmoothQuant off.
+        fp32_ffn_up_layers: Keep the feed-forward up-projection (the MatMul feeding the GELU) of
+            this many top layers in fp32 (an NNCF ignored scope); 0 quantizes every layer's.
+        fp32_ffn_down_layers: The same for the down-projection (the MatMul fed by the GELU).
+        fp32_attention_products: Keep attention's query x key and probabilities x value MatMuls
+            (both inputs activations) in fp32 in every layer.
+        fp32_head: Keep the classification head (the last two weight MatMul/Gemm nodes: BERT's
+            pooler dense and classifier) in fp32; rerank models only.
+    """
+
+    smooth_quant_alpha: float | None = None
+    fp32_ffn_up_layers: int = 0
+    fp32_ffn_down_layers: int = 0
+    fp32_attention_products: bool = False
+    fp32_head: bool = False
+
+    def __post_init__(self) -> None:
+        if self.smooth_quant_alpha is not None and self.smooth_quant_alpha > 1:
+            raise ValueError(
+                f"smooth_quant_alpha must be None, negative (off) or in [0, 1], got "
+                f"{self.smooth_quant_alpha}"
+            )
+        for name in ("fp32_ffn_up_layers", "fp32_ffn_down_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+# Tried in order, choosing on the tuning part of the validation pairs; the first that meets the
+# int8 thresholds there is kept, and every attempt is recorded in the manifest.
+# 1. NNCF's transformer defaults (SmoothQuant at its default alpha).
+# 2. The same with the classification head (pooler dense and classifier) in fp32: a cross-encoder's
+#    head amplifies small [CLS] differences, so its int8 rounding costs the most. On the stand-in
+#    (tuning pairs, research/ov_int8_study.py) this alone lifts Spearman from 0.961 to 0.981, while
+#    weaker SmoothQuant (alpha 0.5: 0.938), SmoothQuant off (0.959), every feed-forward block in
+#    fp32 (0.968) or attention's activation products in fp32 (0.962) do not.
+# 3. Head and the top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
+# 4. Head and every feed-forward block in fp32.
+# 5. The last resort: also attention's activation products in fp32, leaving the QKV and attention
+#    output projections int8.
+DEFAULT_OV_INT8_RECIPES = (
+    OvInt8Settings(),
+    OvInt8Settings(fp32_head=True),
+    OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=3, fp32_ffn_down_layers=3),
+    OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=12, fp32_ffn_down_layers=12),
+    OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=12, fp32_ffn_down_layers=12,
+                   fp32_attention_products=True),
+)
+IR_WEIGHTS_SUFFIX = ".bin"
+
+
+def distinct_ov_recipes(recipes: Sequence[OvInt8Settings], *, task: str,
+                        layers: int) -> tuple[OvInt8Settings, ...]:
+    """`recipes` as they apply to this model, repeats dropped.
+
+    Layer counts are capped at the model's layers, and an embedding model has no classification
+    head, so ``fp32_head`` is cleared for it (rung 2 then equals rung 1 and is tried once).
+    """
+    fitted = (replace(recipe, fp32_head=recipe.fp32_head and task == "rerank",
+                      fp32_ffn_up_layers=min(recipe.fp32_ffn_up_layers, layers),
+                      fp32_ffn_down_layers=min(recipe.fp32_ffn_down_layers, layers))
+              for recipe in recipes)
+    return tuple(dict.fromkeys(fitted))
+
+
+def quantize_openvino_int8(
+    *,
+    fp32_path: Path,
+    out_path: Path,
+    settings: OvInt8Settings,
+    calibration: Sequence[dict[str, np.ndarray]],
+    layers: int,
+) -> dict[str, Any]:
+    """Write ``out_path`` (.xml) and its .bin and return the manifest's ``quantization`` entry.
+
+    Args:
+        fp32_path: The plain fp32 export (model.onnx).
+        out_path: Target IR file, ending in .xml; the weights go beside it with .bin.
+        settings: SmoothQuant strength and fp32 layers.
+        calibration: Calibration inputs, one unpadded row per item (name -> int64 [1, length]).
+        layers: The model's encoder layers (caps fp32_ffn_up_layers).
+
+    Raises:
+        ValueError: No calibration items, or `out_path` does not end in .xml.
+        MissingDependencyError: openvino (extra ``openvino``) or nncf (extra ``export``) is missing.
+    """
+    if not calibration:
+        raise ValueError("OpenVINO int8 quantization needs calibration items; got none")
+    if Path(out_path).suffix != ".xml":
+        raise ValueError(f"out_path must end in .xml (OpenVINO IR), got {out_path}")
+    openvino = require("openvino", extra="openvino")
+    nncf = require("nncf", extra="export")
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    model = openvino.Core().read_model(str(fp32_path))
+    up = min(settings.fp32_ffn_up_layers, layers)
+    down = min(settings.fp32_ffn_down_layers, layers)
+    kept_fp32 = ((ffn_up_projections(fp32_path)[-up:] if up else [])
+                 + (ffn_down_projections(fp32_path)[-down:] if down else [])
+                 + (activation_matmuls(fp32_path) if settings.fp32_attention_products else [])
+                 + (head_projections(fp32_path) if settings.fp32_head else []))
+    advanced = AdvancedQuantizationParameters()
+    if settings.smooth_quant_alpha is not None:
+        advanced = AdvancedQuantizationParameters(
+            smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=settings.smooth_quant_alpha))
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(list(calibration)),
+        model_type=nncf.ModelType.TRANSFORMER,
+        subset_size=len(calibration),
+        # OpenVINO keeps ONNX node names, except that a Gemm becomes "<name>/WithoutBiases"
+        # (MatMul) plus an Add: the pattern matches either form
+        ignored_scope=nncf.IgnoredScope(patterns=[
+            f"^{re.escape(name)}(/WithoutBiases)?$" for name in kept_fp32]) if kept_fp32 else None,
+        advanced_parameters=advanced,
+    )
+    # compress_to_fp16=False: the float constants left (LayerNorm, biases, fp32 layers) stay fp32
+    openvino.save_model(quantized, str(out_path), compress_to_fp16=False)
+    logger.info("quantized %s -> %s with NNCF (%s)", fp32_path.name, out_path.name, settings)
+    return {
+        "method": "static (NNCF post-training quantization)",
+        "tool": "nncf.quantize",
+        "model_type": "TRANSFORMER",
+        "preset": "default for TRANSFORMER (mixed: symmetric weights, asymmetric activations)",
+        "smooth_quant_alpha": ("default" if settings.smooth_quant_alpha is None
+                               else "off" if settings.smooth_quant_alpha < 0
+                               else settings.smooth_quant_alpha),
+        "fp32_ffn_up_layers": up,
+        "fp32_ffn_down_layers": down,
+        "fp32_attention_products": settings.fp32_attention_products,
+        "fp32_head": settings.fp32_head,
+        "nodes_kept_fp32": kept_fp32,
+        "source_variant": "fp32",
+        "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
+        "calibration": {
+            "data": "onnxrank/data/calibration_pairs.jsonl (disjoint from the validation pairs)",
+            "items": len(calibration),
+            "rows_per_item": 1,
+        },
+    }
+
+
+def weights_path(xml_path: Path) -> Path:
+    """The .bin file that openvino.save_model writes beside an .xml."""
+    return Path(xml_path).with_suffix(IR_WEIGHTS_SUFFIX)

@@ -1,0 +1,319 @@
+"""The bounded request queue and the one engine worker that merges what waits into one run.
+
+Requests (jobs) enter a bounded queue from the event loop. One worker thread takes the oldest
+job, waits until ``batch_window_ms`` after that job's arrival for others to join, takes every
+job then waiting, and scores all their pairs with one ``Reranker.score_detailed`` call: the
+engine's planner sorts them by length and cuts token-budget batches across requests. Each job
+gets its own rows back. Jobs whose client left or whose deadline passed are taken out before the
+engine and cost the others nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from onnxrank.serve.metrics import ServerMetrics
+from onnxrank.types import Pair
+
+logger = logging.getLogger(__name__)
+
+WARM_UP_PAIRS: list[Pair] = [("warm up the engine", "one short document to score at start")]
+# Throughput estimate (pairs/s) for Retry-After: exponential average over engine runs.
+THROUGHPUT_SMOOTHING = 0.2
+
+
+class QueueFullError(Exception):
+    """The queue holds `max_queue` jobs; retry after `retry_after_s` seconds."""
+
+    def __init__(self, max_queue: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"the server is overloaded: {max_queue} requests are already waiting (--max-queue); "
+            f"retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExpiredError(Exception):
+    """The job's deadline passed before the engine took it."""
+
+
+class ShuttingDownError(Exception):
+    """The server stopped before the job could run."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What one job gets back from its engine run.
+
+    Attributes:
+        scores: Raw logits, in the job's pair order.
+        token_counts: Tokens per pair as the model saw them.
+        queue_ms: Arrival to the start of the engine run.
+        tokenize_ms / inference_ms: Of the whole engine run (shared with its batch mates).
+        run_requests: Jobs in the engine run.
+        run_pairs: Pairs in the engine run.
+    """
+
+    scores: NDArray[np.float32]
+    token_counts: NDArray[np.int64]
+    queue_ms: float
+    tokenize_ms: float
+    inference_ms: float
+    run_requests: int
+    run_pairs: int
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's pairs on their way through the queue.
+
+    `future` is resolved on `loop` exactly once, with a JobResult or an exception.
+    """
+
+    pairs: list[Pair]
+    future: asyncio.Future[JobResult]
+    loop: asyncio.AbstractEventLoop
+    deadline: float | None = None  # time.perf_counter() value
+    enqueued_at: float = field(default_factory=time.perf_counter)
+    state: str = "new"  # new -> queued -> running | dropped
+
+
+class Batcher:
+    """Owns the queue and the engine worker thread.
+
+    Args:
+        score_detailed: ``Reranker.score_detailed``: pairs -> ScoreRun (scores, token_counts,
+            tokenize_ms, inference_ms, batches).
+        metrics: Where runs, batches and drops are counted.
+        max_queue: Jobs that may wait; one more raises QueueFullError.
+        merge: True merges every waiting job into one run; False runs jobs one by one.
+        window_s: How long after the oldest waiting job's arrival the worker waits for others.
+    """
+
+    def __init__(
+        self, score_detailed: Callable[[Sequence[Pair]], Any], metrics: ServerMetrics, *,
+        max_queue: int, merge: bool, window_s: float,
+    ) -> None:
+        self._score_detailed = score_detailed
+        self._metrics = metrics
+        self.max_queue = max_queue
+        self.merge = merge
+        self.window_s = window_s
+        self._queue: deque[Job] = deque()
+        self._running_pairs = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._pairs_per_s: float | None = None
+        self._thread: threading.Thread | None = None
+        self.ready = threading.Event()
+
+    # --- called from the event loop -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread; it warms the engine up, then sets `ready`."""
+        if self._thread is not None:
+            raise RuntimeError("the batcher is already started")
+        self._thread = threading.Thread(target=self._work, name="onnxrank-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`.
+
+        Raises:
+            QueueFullError: `max_queue` jobs are waiting.
+            ShuttingDownError: stop() was called.
+        """
+        with self._cond:
+            if self._stopping:
+                raise ShuttingDownError("the server is shutting down")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFullError(self.max_queue, self._retry_after_s())
+            job.state = "queued"
+            self._queue.append(job)
+            self._metrics.queue_depth.set(len(self._queue))
+            self._cond.notify()
+
+    def withdraw(self, job: Job, reason: str) -> bool:
+        """Take `job` out of the queue (its client left, or its deadline passed).
+
+        Returns:
+            True when it was still waiting (it will never reach the engine); False when the
+            engine already has it (its result is then discarded) or it was answered.
+        """
+        with self._cond:
+            if job.state != "queued":
+                return False
+            self._queue.remove(job)
+            job.state = "dropped"
+            self._metrics.queue_depth.set(len(self._queue))
+        self._metrics.dropped.labels(reason=reason).inc()
+        return True
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop taking jobs, finish the queued ones (for at most `timeout_s`), end the worker.
+
+        Jobs still waiting when the time is up are answered with ShuttingDownError.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        with self._cond:
+            left = list(self._queue)
+            self._queue.clear()
+            self._metrics.queue_depth.set(0)
+        for job in left:
+            job.state = "dropped"
+            _resolve(job, ShuttingDownError("the server shut down before this request ran"))
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting now."""
+        return len(self._queue)
+
+    def _retry_after_s(self) -> int:
+        """Seconds until the work ahead is likely done (at least 1); called under the lock."""
+        if not self._pairs_per_s:
+            return 1
+        pending = self._running_pairs + sum(len(job.pairs) for job in self._queue)
+        return max(1, math.ceil(pending / self._pairs_per_s))
+
+    # --- the worker thread ----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            self._score_detailed(WARM_UP_PAIRS)
+        except Exception:  # the server stays up; /ready stays 503 and requests get 500s
+            logger.exception("engine warm-up failed")
+        else:
+            self.ready.set()
+        while True:
+            jobs = self._take()
+            if jobs is None:
+                return
+            try:
+                self._run(jobs)
+            except Exception as err:  # a bug here must not stop the worker: answer and go on
+                logger.exception("engine worker failed on a run of %d requests", len(jobs))
+                for job in jobs:
+                    _resolve(job, err)  # jobs answered already keep their answer
+
+    def _take(self) -> list[Job] | None:
+        """The next jobs to run together, or None when stopping with nothing left."""
+        with self._cond:
+            while not self._queue:
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            if self.merge:
+                # Wait for batch mates until the window after the oldest job's arrival closes,
+                # unless the queue is full (nobody else can join) or the server is stopping.
+                window_end = self._queue[0].enqueued_at + self.window_s
+                while self._queue and len(self._queue) < self.max_queue and not self._stopping:
+                    remaining = window_end - time.perf_counter()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                jobs = list(self._queue)
+                self._queue.clear()
+            else:
+                jobs = [self._queue.popleft()]
+            for job in jobs:
+                job.state = "running"
+            self._running_pairs = sum(len(job.pairs) for job in jobs)
+            self._metrics.queue_depth.set(len(self._queue))
+        return jobs
+
+    def _run(self, jobs: list[Job]) -> None:
+        started = time.perf_counter()
+        live = []
+        for job in jobs:
+            if job.deadline is not None and started >= job.deadline:
+                job.state = "dropped"
+                self._metrics.dropped.labels(reason="deadline").inc()
+                _resolve(job, DeadlineExpiredError("the deadline passed while the request waited"))
+            else:
+                live.append(job)
+        try:
+            if live:
+                self._score_together(live, started)
+        finally:
+            with self._cond:
+                self._running_pairs = 0
+
+    def _score_together(self, jobs: list[Job], started: float) -> None:
+        """One engine run for `jobs`; if it fails, each job alone, so that one request the
+        engine rejects costs its batch mates nothing."""
+        pairs = [pair for job in jobs for pair in job.pairs]
+        try:
+            run = self._score_detailed(pairs)
+        except Exception as err:
+            if len(jobs) == 1:
+                logger.exception("engine run of %d pairs failed", len(pairs))
+                _resolve(jobs[0], err)
+                return
+            logger.warning("engine run of %d requests failed (%r); scoring them one by one",
+                           len(jobs), err)
+            for job in jobs:
+                self._score_together([job], started)
+            return
+        self._record(run, jobs, pairs, started)
+        offset = 0
+        for job in jobs:
+            stop = offset + len(job.pairs)
+            _resolve(job, JobResult(
+                scores=np.asarray(run.scores[offset:stop]),
+                token_counts=np.asarray(run.token_counts[offset:stop]),
+                queue_ms=(started - job.enqueued_at) * 1000.0,
+                tokenize_ms=float(run.tokenize_ms), inference_ms=float(run.inference_ms),
+                run_requests=len(jobs), run_pairs=len(pairs),
+            ))
+            offset = stop
+
+    def _record(self, run: Any, jobs: list[Job], pairs: list[Pair], started: float) -> None:
+        elapsed = time.perf_counter() - started
+        metrics = self._metrics
+        metrics.engine_runs.inc()
+        metrics.pairs_scored.inc(len(pairs))
+        metrics.run_requests.observe(len(jobs))
+        metrics.run_pairs.observe(len(pairs))
+        metrics.tokenize_seconds.observe(run.tokenize_ms / 1000.0)
+        metrics.inference_seconds.observe(run.inference_ms / 1000.0)
+        for rows, padded_length in run.batches:
+            metrics.batch_rows.observe(rows)
+            metrics.batch_padded_tokens.observe(rows * padded_length)
+        for job in jobs:
+            metrics.queue_seconds.observe(started - job.enqueued_at)
+        if elapsed > 0:
+            speed = len(pairs) / elapsed
+            previous = self._pairs_per_s
+            self._pairs_per_s = speed if previous is None else (
+                THROUGHPUT_SMOOTHING * speed + (1 - THROUGHPUT_SMOOTHING) * previous)
+
+
+def _resolve(job: Job, outcome: JobResult | BaseException) -> None:
+    """Hand `outcome` to the job's future on its event loop (once; later calls do nothing)."""
+
+    def settle() -> None:
+        if job.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+
+    try:
+        job.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed: the server is gone and nobody waits any more
+        logger.debug("event loop closed before a job could be answered")

@@ -1,0 +1,292 @@
+"""Request bodies of the three API families into one RerankCall, with errors that name the field.
+
+The shapes follow the originals, field for field:
+
+1. Cohere v1 and Jina (``POST /v1/rerank``): ``model``, ``query``, ``documents`` (strings or
+   objects with a ``text`` field), ``top_n``, ``return_documents``, ``rank_fields``.
+2. Cohere v2 (``POST /v2/rerank``): ``model``, ``query``, ``documents`` (strings), ``top_n``,
+   ``max_tokens_per_doc``.
+3. text-embeddings-inference (``POST /rerank``): ``query``, ``texts``, ``raw_scores``,
+   ``return_text``, ``truncate``, ``truncation_direction``.
+
+Fields a family does not define are ignored, so whatever else real clients send is tolerated.
+Every family also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
+and ``X-On-Deadline``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from onnxrank.serve.config import ServeConfig
+
+Family = Literal["cohere_v1", "cohere_v2", "tei"]
+OnDeadline = Literal["error", "fallback"]
+FAMILY_OF_PATH: dict[str, Family] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
+                                     "/rerank": "tei"}
+DEADLINE_HEADER = "x-deadline-ms"
+ON_DEADLINE_HEADER = "x-on-deadline"
+ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
+
+# text-embeddings-inference's error types (router/src/lib.rs ErrorType, serialized by name) and
+# the status it gives each (router/src/http/server.rs).
+TEI_ERROR_TYPE = {400: "Empty", 413: "Validation", 422: "Validation",
+                  424: "Backend", 429: "Overloaded", 500: "Backend", 503: "Unhealthy"}
+
+
+class RequestError(Exception):
+    """A request the server answers with an error status; the message names what was wrong."""
+
+    def __init__(self, status: int, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class RerankCall:
+    """One parsed rerank request, whatever its family.
+
+    Attributes:
+        family: Which API shape it came in (and goes back out) in.
+        query: The query.
+        documents: Texts to score, in request order.
+        originals: What the client sent for each document (a string or its object), echoed
+            back by Cohere v1 when ``return_documents`` is true.
+        top_n: Keep the best n; None keeps all.
+        return_documents: Include each document in the answer.
+        raw_scores: Answer raw logits instead of the manifest's activation (TEI only).
+        truncate: False asks for a 422 when a pair is longer than the model's max_length (TEI).
+        truncate_left: Keep the end of long documents instead of their start (TEI).
+        max_tokens_per_doc: Cut each document to this many tokens first (Cohere v2).
+        deadline_ms: Answer within this many milliseconds of arrival, or give up.
+        on_deadline: "error" answers 503 at the deadline; "fallback" answers the documents in
+            request (retrieval) order, flagged as not reranked.
+        model: The ``model`` field as sent (not used to pick a model: one server, one model).
+    """
+
+    family: Family
+    query: str
+    documents: list[str]
+    originals: list[Any]
+    top_n: int | None = None
+    return_documents: bool = False
+    raw_scores: bool = False
+    truncate: bool = True
+    truncate_left: bool = False
+    max_tokens_per_doc: int | None = None
+    deadline_ms: float | None = None
+    on_deadline: OnDeadline = "error"
+    model: str | None = None
+
+    @property
+    def characters(self) -> int:
+        """Characters the engine reads: the query once per document plus every document."""
+        return len(self.query) * len(self.documents) + sum(map(len, self.documents))
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """The JSON object of a request body.
+
+    Raises:
+        RequestError: 422 when the body is not JSON or not a JSON object.
+    """
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RequestError(422, f"request body is not valid JSON: {err}") from err
+    if not isinstance(payload, dict):
+        raise RequestError(
+            422, f"request body must be a JSON object, got a JSON {_json_type(payload)}")
+    return payload
+
+
+def parse_call(
+    family: Family, payload: dict[str, Any], headers: Mapping[str, str], config: ServeConfig
+) -> RerankCall:
+    """Check a decoded body of `family` and turn it into a RerankCall.
+
+    Raises:
+        RequestError: 422 naming the field for a missing field, a wrong type or an empty query;
+            400 for TEI's empty ``texts`` (as TEI answers); 413 naming the limit when the
+            request has more documents or characters than the server takes.
+    """
+    query = payload.get("query")
+    if "query" not in payload:
+        raise RequestError(422, "missing field `query`: a non-empty string is required")
+    if not isinstance(query, str):
+        raise RequestError(422, f"field `query` must be a string, got a JSON {_json_type(query)}")
+    if not query.strip():
+        raise RequestError(422, f"field `query` must be a non-empty string, got {query!r}")
+    model = _optional(payload, "model", str)
+    deadline_ms, on_deadline = _deadline(payload, headers, config)
+    common: dict[str, Any] = {"family": family, "query": query, "model": model,
+                              "deadline_ms": deadline_ms, "on_deadline": on_deadline}
+    if family == "tei":
+        documents = _documents(payload, "texts", allow_objects=False, allow_empty=False)
+        direction = payload.get("truncation_direction", "right")
+        if direction not in ("left", "Left", "right", "Right"):
+            raise RequestError(422, "field `truncation_direction` must be \"Left\" or \"Right\", "
+                                    f"got {json.dumps(direction)}")
+        truncate = _optional(payload, "truncate", bool)
+        call = RerankCall(
+            documents=documents, originals=list(documents),
+            raw_scores=bool(_optional(payload, "raw_scores", bool)),
+            return_documents=bool(_optional(payload, "return_text", bool)),
+            truncate=truncate is not False, truncate_left=direction.lower() == "left",
+            **common,
+        )
+    else:
+        top_n = _optional(payload, "top_n", int)
+        if top_n is not None and top_n < 1:
+            raise RequestError(422, f"field `top_n` must be a positive integer, got {top_n}")
+        if family == "cohere_v1":
+            originals = _documents(payload, "documents", allow_objects=True, allow_empty=True)
+            rank_fields = _rank_fields(payload)
+            documents = [_document_text(item, index, rank_fields)
+                         for index, item in enumerate(originals)]
+            call = RerankCall(
+                documents=documents, originals=originals, top_n=top_n,
+                return_documents=bool(_optional(payload, "return_documents", bool)), **common,
+            )
+        else:
+            documents = _documents(payload, "documents", allow_objects=False, allow_empty=True)
+            max_tokens = _optional(payload, "max_tokens_per_doc", int)
+            if max_tokens is not None and max_tokens < 1:
+                raise RequestError(422, "field `max_tokens_per_doc` must be a positive integer, "
+                                        f"got {max_tokens}")
+            call = RerankCall(documents=documents, originals=list(documents), top_n=top_n,
+                              max_tokens_per_doc=max_tokens, **common)
+    check_size(call, config)
+    return call
+
+
+def check_size(call: RerankCall, config: ServeConfig) -> None:
+    """Raise 413 when `call` exceeds the server's document or character limit."""
+    field_name = "texts" if call.family == "tei" else "documents"
+    if len(call.documents) > config.max_documents:
+        raise RequestError(
+            413, f"`{field_name}` has {len(call.documents)} entries, more than this server's "
+                 f"limit of {config.max_documents} (--max-documents); split the request")
+    if call.characters > config.max_characters:
+        raise RequestError(
+            413, f"the request has {call.characters} characters (the query counted once per "
+                 f"document), more than this server's limit of {config.max_characters} "
+                 "(--max-characters); split the request")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_EXPECTED = {str: "a string", bool: "a boolean", int: "an integer"}
+
+
+def _optional(payload: Mapping[str, Any], name: str, kind: type) -> Any:
+    """The field's value, None when absent or null; 422 when it has another type."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    # bool is an int in Python; JSON true is not an integer.
+    wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    if wrong:
+        raise RequestError(
+            422, f"field `{name}` must be {_EXPECTED[kind]}, got a JSON {_json_type(value)} "
+                 f"({json.dumps(value)[:40]})")
+    return value
+
+
+def _documents(
+    payload: Mapping[str, Any], name: str, *, allow_objects: bool, allow_empty: bool
+) -> list[Any]:
+    if name not in payload:
+        raise RequestError(422, f"missing field `{name}`: a list of strings is required")
+    items = payload[name]
+    if not isinstance(items, list):
+        raise RequestError(
+            422, f"field `{name}` must be a list of strings, got a JSON {_json_type(items)}")
+    if not items and not allow_empty:
+        # TEI answers an empty batch with 400 and error_type Empty.
+        raise RequestError(400, f"`{name}` cannot be empty")
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            continue
+        if allow_objects and isinstance(item, dict):
+            continue
+        allowed = "a string or an object with a `text` string" if allow_objects else "a string"
+        raise RequestError(
+            422, f"`{name}[{index}]` must be {allowed}, got a JSON {_json_type(item)}")
+    return list(items)
+
+
+def _rank_fields(payload: Mapping[str, Any]) -> list[str] | None:
+    fields = payload.get("rank_fields")
+    if fields is None:
+        return None
+    if not isinstance(fields, list) or not all(isinstance(name, str) for name in fields) \
+            or not fields:
+        raise RequestError(422, "field `rank_fields` must be a non-empty list of strings, got "
+                                f"{json.dumps(fields)[:60]}")
+    return fields
+
+
+def _document_text(item: Any, index: int, rank_fields: list[str] | None) -> str:
+    """The text scored for one Cohere v1 document (a string, or an object's fields)."""
+    if isinstance(item, str):
+        return item
+    if rank_fields is None or rank_fields == ["text"]:
+        text = item.get("text")
+        if not isinstance(text, str):
+            raise RequestError(
+                422, f"`documents[{index}].text` must be a string, got a JSON {_json_type(text)}")
+        return text
+    # Several fields: "name: value" lines in rank_fields order, as Cohere's YAML advice for
+    # structured documents; missing fields are skipped.
+    lines = []
+    for name in rank_fields:
+        if name in item:
+            value = item[name]
+            lines.append(f"{name}: {value if isinstance(value, str) else json.dumps(value)}")
+    if not lines:
+        raise RequestError(422, f"`documents[{index}]` has none of the rank_fields {rank_fields}")
+    return "\n".join(lines)
+
+
+def _deadline(
+    payload: Mapping[str, Any], headers: Mapping[str, str], config: ServeConfig
+) -> tuple[float | None, OnDeadline]:
+    value: Any = payload.get("deadline_ms")
+    source = "field `deadline_ms`"
+    if value is None and DEADLINE_HEADER in headers:
+        source = "header X-Deadline-Ms"
+        try:
+            value = float(headers[DEADLINE_HEADER])
+        except ValueError as err:
+            raise RequestError(422, f"{source} must be a number of milliseconds, got "
+                                    f"{headers[DEADLINE_HEADER]!r}") from err
+    if value is None:
+        value = config.default_deadline_ms
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise RequestError(422, f"{source} must be a positive number of milliseconds, got "
+                                f"{json.dumps(value)[:40]}")
+    on_deadline = payload.get("on_deadline", headers.get(ON_DEADLINE_HEADER, "error"))
+    if on_deadline not in ON_DEADLINE_CHOICES:
+        raise RequestError(422, "field `on_deadline` (or header X-On-Deadline) must be "
+                                f"\"error\" or \"fallback\", got {json.dumps(on_deadline)[:40]}")
+    return (None if value is None else float(value)), on_deadline

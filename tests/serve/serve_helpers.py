@@ -1,0 +1,116 @@
+"""Helpers of the server tests: a real server on 127.0.0.1 (uvicorn in a thread, an ephemeral
+port), polling with a timeout, and an engine a test can hold.
+
+`GatedEngine` is the real Reranker with a gate in front of ``score_detailed``: a test closes
+the gate to hold the engine worker inside a run, so that what queues behind it (429s, deadlines,
+disconnects, merging) is deterministic. Nothing about scoring is replaced.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from onnxrank.engine.reranker import Reranker
+from onnxrank.serve import ServeConfig, create_app
+
+WAIT_S = 30.0  # upper bound of every poll in these tests
+POLL_S = 0.01
+
+
+def poll(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    """Wait until `condition()` holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(POLL_S)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class GatedEngine:
+    """The real engine; each score_detailed call first waits for `gate` (open by default)."""
+
+    def __init__(self, reranker: Reranker) -> None:
+        self._reranker = reranker
+        self.gate = threading.Event()
+        self.gate.set()
+        self.runs_entered = 0
+        self._lock = threading.Lock()
+
+    def score_detailed(self, pairs: Sequence[tuple[str, str]]) -> Any:
+        with self._lock:
+            self.runs_entered += 1
+        if not self.gate.wait(WAIT_S):
+            raise TimeoutError("the test never opened the gate")
+        return self._reranker.score_detailed(pairs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reranker, name)
+
+
+class RunningServer:
+    """A started server: its base URL, app state and helpers to read /metrics."""
+
+    def __init__(self, base_url: str, app: Any, api_key: str | None) -> None:
+        self.base_url = base_url
+        self.app = app
+        headers = {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+        self.client = httpx.Client(base_url=base_url, headers=headers, timeout=WAIT_S)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample of /metrics (0 when absent)."""
+        text = self.client.get("/metrics").text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(key) == value
+                                               for key, value in labels.items()):
+                    total += sample.value
+        return total
+
+
+@contextmanager
+def running_server(reranker: Any, config: ServeConfig) -> Iterator[RunningServer]:
+    """Serve `reranker` with `config` on 127.0.0.1:<free port> until the block ends."""
+    app = create_app(reranker, config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on",
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    running = None
+    try:
+        poll(lambda: server.started or not thread.is_alive(), "uvicorn to start")
+        assert server.started, "uvicorn failed to start"
+        port = server.servers[0].sockets[0].getsockname()[1]
+        running = RunningServer(f"http://127.0.0.1:{port}", app, config.api_key)
+        poll(lambda: running.client.get("/ready").status_code == 200, "/ready")
+        yield running
+    finally:
+        if running is not None:
+            running.client.close()
+        server.should_exit = True
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), "the server did not stop"
+
+
+# Documents of different lengths (so batch mates pad differently), real prose.
+DOCUMENTS = [
+    "The flutter of aircraft wings at transonic speeds was studied in a wind tunnel.",
+    "Boundary layer transition on a flat plate.",
+    "Heat transfer to a blunt body in hypersonic flow, with measurements of the stagnation "
+    "point heating rate and comparisons with laminar theory over a range of Reynolds numbers.",
+    "Buckling of thin cylindrical shells under axial compression.",
+    "wings",
+    "An experimental investigation of the aerodynamic characteristics of slender wings, with "
+    "and without camber, at supersonic speeds; the lift, drag and pitching moment were measured.",
+]
+QUERY = "what is known about wing flutter at high speeds"
