@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
-from typing import Any
 
 from onnxrank.cli.common import HelpFormatter
-from onnxrank.cli.options import UNSET, add_engine_options, add_flag, load_reranker
+from onnxrank.cli.options import (
+    add_config_options,
+    add_engine_options,
+    config_overrides,
+    load_reranker,
+)
 from onnxrank.serve.config import ServeConfig
 
 EPILOG = """examples:
@@ -24,11 +27,6 @@ finishes what is queued, then exits. See docs/serve.md.
 """
 
 
-def _serve_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {spec.name: getattr(args, spec.name) for spec in fields(ServeConfig)
-            if hasattr(args, spec.name)}
-
-
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model, then serve it until SIGTERM or SIGINT.
 
@@ -39,7 +37,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """
     from onnxrank.serve.server import serve
 
-    config = ServeConfig(**_serve_options(args))  # checked before the model loads
+    config = ServeConfig(**config_overrides(args, ServeConfig))  # checked before the model loads
     serve(load_reranker(args), config)
     return 0
 
@@ -57,15 +55,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     add_engine_options(parser)
-    group = parser.add_argument_group("server options")
-    defaults = ServeConfig()
-    for spec in fields(ServeConfig):
-        flag = "--" + spec.name.replace("_", "-")
-        help_text = f"{spec.metadata['help']}; default: {getattr(defaults, spec.name)}"
-        if spec.metadata["kind"] is bool:
-            add_flag(group, "serve", flag, action=argparse.BooleanOptionalAction, default=UNSET,
-                     help=help_text)
-        else:
-            add_flag(group, "serve", flag, type=spec.metadata["kind"], default=UNSET,
-                     help=help_text, metavar=spec.name.upper())
+    add_config_options(parser.add_argument_group("server options"), ServeConfig, "serve")
     parser.set_defaults(handler=run_serve)

@@ -175,8 +175,8 @@ def _versions() -> dict[str, str]:
     import importlib.metadata as metadata
 
     versions = {}
-    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime", "optimum",
-                    "optimum-onnx", "sentence-transformers", "tokenizers", "openvino", "nncf"):
+    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
+                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -349,54 +349,6 @@ def _threshold_text(task: str, variant: str, thresholds: FidelityThresholds) -> 
             for metric, direction, threshold, _ in thresholds.checks(task, variant)}
 
 
-def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) -> int:
-    config = loaded.config
-    # RoBERTa-style models reserve padding_idx + 1 positions
-    offset = (config.pad_token_id + 1) if config.model_type in ("roberta", "xlm-roberta") else 0
-    limit = int(config.max_position_embeddings) - offset
-    wanted = request.max_length
-    if wanted is None:
-        wanted = DEFAULT_MAX_LENGTH
-        if task == "embedding" and loaded.reference is not None and loaded.reference.max_seq_length:
-            wanted = int(loaded.reference.max_seq_length)
-    if wanted > limit:
-        raise ValueError(
-            f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
-            f"--max-length {limit} or less"
-        )
-    return wanted
-
-
-def _prepare_work_dir(out_dir: Path) -> Path:
-    """Create a hidden temporary directory beside `out_dir` (same filesystem, so rename is atomic)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ExportError(f"output path {out_dir} exists and is not a directory; choose another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").is_file():
-        raise ExportError(
-            f"output directory {out_dir} is not empty and holds no manifest.json; refusing to "
-            "replace it: choose another --out or empty it"
-        )
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    except OSError as err:
-        raise ExportError(
-            f"cannot write the output directory {out_dir}: {err.strerror or err}; choose a "
-            "writable --out"
-        ) from err
-
-
-def _publish(work_dir: Path, out_dir: Path) -> None:
-    """Move the finished work directory to `out_dir`, replacing an earlier export."""
-    backup = None
-    if out_dir.exists():
-        backup = out_dir.with_name(f".{out_dir.name}.previous-{os.getpid()}")
-        os.replace(out_dir, backup)
-    os.replace(work_dir, out_dir)
-    if backup is not None:
-        shutil.rmtree(backup)
-
-
 def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
     if source.kind != "standin":
         return Path(source.location)
@@ -466,6 +418,9 @@ def _export_into(
     paths = {variant: scratch / VARIANT_FILES[variant] for variant in VARIANT_NAMES}
     settings: dict[str, dict[str, Any]] = {variant: {} for variant in VARIANT_NAMES}
     fidelity: dict[str, dict[str, Any]] = {}
+    if "ov_int8" in wants:  # fail before minutes of work, naming the extra to install
+        require("openvino", extra="openvino")
+        require("nncf", extra="export")
 
     progress.step("checkpoint")
     checkpoint = _materialize(source, work_dir, request.seed, progress.show)

@@ -21,7 +21,8 @@ class Int8Settings:
 
     Attributes:
         method: ``"dynamic"`` (weights int8 offline, activation scales computed per batch at run
-            time) or ``"static"`` (QDQ with activation scales calibrated on the validation pairs).
+            time) or ``"static"`` (QDQ with activation scales calibrated on the shipped
+            calibration pairs, never on validation pairs).
         per_channel: One weight scale per output channel instead of one per tensor.
         reduce_range: 7-bit weights, for CPUs without VNNI where u8s8 products can saturate.
         op_types: Operator types to quantize; None = onnxruntime's default list for the method.

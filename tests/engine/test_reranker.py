@@ -61,11 +61,12 @@ def test_fp32_matches_pytorch_reference(fp32: Reranker, tiny_checkpoint_dir: Pat
 
 # Fixed bounds, never read from the artefact under test (an export regression must fail here,
 # not move the bound). opt is exact fp32 up to fusion rounding: the export gate's own 1e-3.
-# int8 on the tiny random model: Spearman against fp32 at the tiny fixtures' gate (0.9), and
-# |Δlogit| <= 0.8 (the shipped recipe measured 0.57 on these pairs; logits spread over ~9).
+# int8 on the tiny random model, on these 24 pairs: Spearman against fp32 >= 0.97, just under the
+# product gate's 0.98 (the shipped per-channel recipe measured 0.985; a looser per-tensor, 7-bit
+# recipe measured 0.954 and fails), and |Δlogit| <= 0.8 (shipped 0.57; logits spread over ~9).
 OPT_MAX_ABS_DIFF = 1e-3
 INT8_MAX_ABS_DIFF = 0.8
-INT8_MIN_SPEARMAN = 0.9
+INT8_MIN_SPEARMAN = 0.97
 # Dynamic int8's batch effect on these pairs (singles vs batches of 64): measured 0.10.
 INT8_MAX_BATCH_EFFECT = 0.2
 

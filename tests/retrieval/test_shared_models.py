@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from retrieval_fixtures import CORPUS, write_jsonl
 
 from onnxrank import Reranker
@@ -17,7 +16,8 @@ TEXTS = [record["title"] + " " + record["text"] for record in CORPUS] + ["", "wo
 def test_fp32_embeddings_match_sentence_transformers(
     tiny_embedder_dir: Path, tiny_embedder_checkpoint_dir: Path
 ) -> None:
-    sentence_transformers = pytest.importorskip("sentence_transformers")
+    import sentence_transformers
+
     embedder = Embedder.from_dir(tiny_embedder_dir, device="cpu", precision="fp32", threads=1)
     reference = sentence_transformers.SentenceTransformer(str(tiny_embedder_checkpoint_dir), device="cpu")
     reference.max_seq_length = embedder.spec.max_length
