@@ -1,9 +1,10 @@
 """The one runtime layer under every inference path (reranker, embedder, export validation, bench).
 
-`load_model` resolves a model directory once, verifies its hashes once, chooses the backend and
-variant (probing the candidates on first use and caching the choice per machine), builds the
-runner and returns it with the tokenizer. `pad_rows` turns encoded rows into model inputs, and
-`open_model_file` opens a bare file (export validation) through the same backends.
+`load_model` resolves a model directory once, chooses the backend and variant (probing the
+candidates on first use and caching the choice per machine), verifies the hashes of the files it
+opens, builds the runner and returns it with the tokenizer. `pad_rows` turns encoded rows into
+model inputs, and `open_model_file` opens a bare file (export validation) through the same
+backends.
 """
 
 from __future__ import annotations
@@ -168,8 +169,7 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
              choice_cache: Path | None) -> LoadedModel:
     threads = config.threads or usable_cpus()
     candidates = choose_candidates(spec, device, config.backend, config.precision)
-    verify_files(spec, model_dir, sorted({candidate.variant for candidate in candidates}))
-    tokenizer = load_tokenizer(spec, model_dir)
+    tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
     if len(candidates) == 1:
         requested = config.backend != "auto" and config.precision != "auto"
         runner = _open(spec, model_dir, candidates[0], device, threads).with_reason(
@@ -348,6 +348,11 @@ def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]
 
 def _open(spec: ModelSpec, model_dir: Path, candidate: Candidate, device: Device,
           threads: int) -> ModelRunner:
+    """Verify the tokenizer's and the candidate's files against the manifest, then load them.
+
+    Only what is opened gets hashed: a cached choice opens one variant, not every candidate.
+    """
+    verify_files(spec, model_dir, [candidate.variant])
     path = model_dir / spec.variants[candidate.variant].file
     return BACKENDS[candidate.backend].open(path, device=device, precision=candidate.precision,
                                             variant=candidate.variant, threads=threads)
