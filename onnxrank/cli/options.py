@@ -49,12 +49,12 @@ def env_name(command: str | None, flag: str) -> str:
     return ENV_PREFIX + scope + flag.lstrip("-").upper().replace("-", "_")
 
 
-def add_flag(parser: argparse.ArgumentParser, command: str | None, flag: str,
-             **kwargs: Any) -> argparse.Action:
+def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, command: str | None,
+             flag: str, **kwargs: Any) -> argparse.Action:
     """Add `flag` with its environment twin as default and the twin's name in the help.
 
     Args:
-        parser: The subcommand's parser.
+        parser: The subcommand's parser, or one of its argument groups.
         command: The subcommand whose twin this is (None: a global engine option).
         flag: The long flag, e.g. "--port".
         **kwargs: argparse.add_argument arguments. With ``required=True`` the flag is required
