@@ -21,6 +21,7 @@ from onnxrank.bench.workloads import REGIMES, parse_regimes
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import DEFAULT_MODELS_DIR, DEFAULT_RERANK_MODEL, add_flag
 from onnxrank.engine.reranker import Reranker
+from onnxrank.retrieval.indexer import DEFAULT_EMBEDDER
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="rerank model: a name under --models-dir, or a model directory")
     add_flag(parser, None, "--models-dir", default=DEFAULT_MODELS_DIR,
              help="where model names are looked up")
-    add_flag(parser, COMMAND, "--embedder", default="minilm-embedder",
+    add_flag(parser, COMMAND, "--embedder", default=DEFAULT_EMBEDDER,
              help="embedding model (name or directory) of the retrieval-stages scenario")
     add_flag(parser, COMMAND, "--dataset", default=str(DEFAULT_DATASET),
              help="dataset directory (corpus.jsonl, queries.jsonl) the workloads are cut from; "

@@ -17,11 +17,13 @@ from dataclasses import fields
 from typing import Any
 
 from onnxrank.engine.config import EngineConfig
+from onnxrank.rerankers.local import DEFAULT_LOCAL_MODEL
 
 ENV_PREFIX = "ONNXRANK_"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
-DEFAULT_RERANK_MODEL = "minilm-standin"
+# the library's own default, never retyped here
+DEFAULT_RERANK_MODEL = DEFAULT_LOCAL_MODEL
 DEFAULT_MODELS_DIR = "models"
 # options the user did not set stay out of the namespace, so library defaults apply
 UNSET = argparse.SUPPRESS
