@@ -1,5 +1,6 @@
 """The docs say what the code does: every shown command parses, every named variable is read,
-every table of numbers names the command that produced it, and the console script runs."""
+every table of numbers names the command that produced it, the engine's options table shows the
+code's defaults, and the console script runs."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from onnxrank.cli import build_parser
+from onnxrank.engine.config import EngineConfig, option_names
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPOSITORY / "README.md", *(REPOSITORY / "docs").glob("*.md")])
@@ -28,6 +30,12 @@ MEASURED = re.compile(r"(^|[\s(~≈<>≤≥*\[])[-+]?\d[\d,]*(\.\d+)?\s*(×|x\b|
 SOURCE = re.compile(r"(^\s*|`)(onnxrank |python |pytest |bash |curl )|\bcommand\b|"
                     r"measured (by|with)", re.IGNORECASE)
 SOURCE_WINDOW = 8
+ENGINE_DOC = REPOSITORY / "docs" / "engine.md"
+OPTIONS_HEADER = "| option | default | what it does / costs |"
+OPTION_NAME = re.compile(r"`(\w+)`")
+# How the options table writes a literal default: 8192, True/False, `"truncate"`, None. Any other
+# cell is a phrase for a default resolved at load time, such as "manifest (512)" for None.
+QUOTED_DEFAULT = re.compile(r'`"([^"`]*)"`')
 
 
 def command_lines(text: str) -> list[tuple[int, str]]:
@@ -137,6 +145,72 @@ def test_every_table_of_numbers_names_its_source() -> None:
     assert not unsourced, (
         "tables of numbers with no command or source within "
         f"{SOURCE_WINDOW} lines above or 3 below:\n" + "\n".join(unsourced))
+
+
+def documented_default(cell: str) -> tuple[bool, object]:
+    """(True, value) for a literal default cell of the options table, else (False, cell)."""
+    if re.fullmatch(r"\d+", cell):
+        return True, int(cell)
+    if cell in ("True", "False", "None"):
+        return True, {"True": True, "False": False, "None": None}[cell]
+    quoted = QUOTED_DEFAULT.fullmatch(cell)
+    return (True, quoted.group(1)) if quoted else (False, cell)
+
+
+def option_default_errors(lines: list[str]) -> list[str]:
+    """Rows of the options table whose EngineConfig fields do not show the code's defaults.
+
+    A row names its options in backticks in the first cell (`window_tokens`, `window_overlap_tokens`)
+    and their defaults, comma-separated in the same order, in the second. Rows that name no
+    EngineConfig field (rerank arguments such as `deadline_ms`) are not checked.
+    """
+    if OPTIONS_HEADER not in lines:
+        return [f"no options table (header {OPTIONS_HEADER!r})"]
+    fields, defaults = set(option_names()), EngineConfig()
+    errors = []
+    start = lines.index(OPTIONS_HEADER) + 2  # past the header and the |---| line
+    for number, line in enumerate(lines[start:], start + 1):
+        if not TABLE_ROW.match(line):
+            break
+        option, default = (cell.strip() for cell in line.strip().strip("|").split("|")[:2])
+        names, cells = OPTION_NAME.findall(option), [cell.strip() for cell in default.split(",")]
+        if not fields & set(names):
+            continue
+        if not set(names) <= fields or len(names) != len(cells):
+            errors.append(f"line {number}: options {names} and defaults {cells} do not pair up "
+                          "(EngineConfig fields only, one default each)")
+            continue
+        for name, cell in zip(names, cells, strict=True):
+            code = getattr(defaults, name)
+            literal, value = documented_default(cell)
+            if literal and (value != code or type(value) is not type(code)) or (
+                    not literal and code is not None):
+                errors.append(f"line {number}: {name}: the doc says {cell}, "
+                              f"EngineConfig's default is {code!r}")
+    return errors
+
+
+def test_engine_options_table_shows_the_code_defaults() -> None:
+    errors = option_default_errors(ENGINE_DOC.read_text("utf-8").splitlines())
+    assert not errors, "docs/engine.md options table:\n" + "\n".join(errors)
+
+
+def test_the_defaults_checker_catches_what_it_is_for() -> None:
+    table = [OPTIONS_HEADER, "| --- | --- | --- |",
+             "| `max_batch_tokens` | 4096 | padded tokens |",
+             "| `sort_by_length` | 1 | sort rows |",
+             "| `long_documents` | `\"truncate\"` | first window |",
+             "| `max_length` | manifest (512) | tokens per row |",
+             "| `window_tokens`, `window_overlap_tokens` | fill the row | windows |",
+             "| `cache_size` | the manifest's | LRU |",
+             "| `deadline_ms` (rerank) | None | not a field |"]
+    assert option_default_errors(table) == [
+        "line 3: max_batch_tokens: the doc says 4096, EngineConfig's default is 8192",
+        "line 4: sort_by_length: the doc says 1, EngineConfig's default is True",
+        "line 7: options ['window_tokens', 'window_overlap_tokens'] and defaults ['fill the row'] "
+        "do not pair up (EngineConfig fields only, one default each)",
+        "line 8: cache_size: the doc says the manifest's, EngineConfig's default is 0",
+    ]
 
 
 def test_the_checker_catches_what_it_is_for() -> None:
