@@ -10,6 +10,7 @@ from typing import Any
 
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import add_flag
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, load_model_spec, verify_files
 
 # These modules import only numpy, tokenizers and onnxruntime at the top (torch and transformers
@@ -115,7 +116,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=MODELS_EPILOG, formatter_class=HelpFormatter,
     )
     # --models-dir means what it means to every command that loads a model: a global twin
-    add_flag(listing, None, "--models-dir", type=Path, default=Path("models"),
+    add_flag(listing, None, "--models-dir", type=Path, default=Path(DEFAULT_MODELS_DIR),
              help="directory holding exported models")
     listing.set_defaults(handler=run_models_list)
     verify = actions.add_parser(
@@ -126,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=MODELS_EPILOG, formatter_class=HelpFormatter,
     )
     verify.add_argument("name", help="model name under --models-dir, or a model directory path")
-    add_flag(verify, None, "--models-dir", type=Path, default=Path("models"),
+    add_flag(verify, None, "--models-dir", type=Path, default=Path(DEFAULT_MODELS_DIR),
              help="directory holding exported models")
     verify.set_defaults(handler=run_models_verify)
 

@@ -19,7 +19,7 @@ from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
-from onnxrank.engine.runtime import load_model, pad_rows, resolve_model_dir
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, load_model, pad_rows, resolve_model_dir
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.engine.tokenize import EncodedRow, PairEncoder
 from onnxrank.errors import InferenceError, ModelLoadError
@@ -123,7 +123,7 @@ class Reranker:
         return cls(spec, model_dir, loaded.runner, encoder, loaded.tokenizer, config)
 
     @classmethod
-    def from_pretrained(cls, name: str | Path, *, models_dir: str | Path = "models",
+    def from_pretrained(cls, name: str | Path, *, models_dir: str | Path = DEFAULT_MODELS_DIR,
                         config: EngineConfig | None = None, **overrides: Any) -> Reranker:
         """Load ``models_dir/name`` (or `name` itself when it is a model directory).
 

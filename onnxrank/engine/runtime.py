@@ -48,9 +48,11 @@ PROBE_PAIRS = 16
 PROBE_MAX_TOKENS = 128
 PROBE_RUNS = 2
 CHOICE_CACHE_FILE = "runtime_choices.json"
+# Where model names are looked up (and `onnxrank export` writes) unless the caller says otherwise.
+DEFAULT_MODELS_DIR = "models"
 
 
-def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = "models") -> Path:
+def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT_MODELS_DIR) -> Path:
     """The model directory for a name or a path.
 
     1. ``models_dir/name`` when it holds a manifest.json.

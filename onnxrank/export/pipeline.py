@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.engine.runtime import open_model_file
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, open_model_file
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.onnx import DEFAULT_OPSET, export_onnx
@@ -392,7 +392,7 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         ValueError: Bad request values.
     """
     source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
-    out_dir = Path(request.out_dir) if request.out_dir is not None else Path("models") / source.name
+    out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
     progress = _Progress(show_progress)
     work_dir = _prepare_work_dir(out_dir)
     try:

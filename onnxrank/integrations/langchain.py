@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from onnxrank._optional import require
 from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 
 _documents = require("langchain_core.documents", extra="langchain")
 _cross_encoders = require("langchain_core.cross_encoders", extra="langchain")
@@ -47,7 +48,7 @@ class OnnxRankRerank(BaseDocumentCompressor):
     """A loaded onnxrank Reranker; built from `model` when None."""
     model: str | None = None
     """An exported model name under `models_dir`, or a model directory."""
-    models_dir: str = "models"
+    models_dir: str = DEFAULT_MODELS_DIR
     """Where model names are looked up."""
     top_n: int | None = 3
     """Number of documents to return; None returns all, reranked."""
@@ -118,7 +119,7 @@ class OnnxRankCrossEncoder(BaseCrossEncoder):
         self.reranker = reranker
 
     @classmethod
-    def from_pretrained(cls, name: str | Path, *, models_dir: str | Path = "models",
+    def from_pretrained(cls, name: str | Path, *, models_dir: str | Path = DEFAULT_MODELS_DIR,
                         **overrides: Any) -> OnnxRankCrossEncoder:
         """Load an exported model by name or directory (engine options as Reranker.from_pretrained)."""
         return cls(Reranker.from_pretrained(name, models_dir=models_dir, **overrides))

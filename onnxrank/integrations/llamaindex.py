@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxrank._optional import require
 from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 
 _types = require("llama_index.core.postprocessor.types", extra="llamaindex")
 if TYPE_CHECKING:
@@ -46,13 +47,14 @@ class OnnxRankRerank(BaseNodePostprocessor):
     """
 
     model: str = _pydantic.Field(description="onnxrank model name or directory.")
-    models_dir: str = _pydantic.Field(default="models", description="Where model names are looked up.")
+    models_dir: str = _pydantic.Field(default=DEFAULT_MODELS_DIR,
+                                      description="Where model names are looked up.")
     top_n: int = _pydantic.Field(default=2, ge=1, description="Number of nodes to return sorted by score.")
     keep_retrieval_score: bool = _pydantic.Field(
         default=False, description="Whether to keep the retrieval score in metadata.")
     _reranker: Any = _pydantic.PrivateAttr()
 
-    def __init__(self, top_n: int = 2, model: str | None = None, models_dir: str | Path = "models",
+    def __init__(self, top_n: int = 2, model: str | None = None, models_dir: str | Path = DEFAULT_MODELS_DIR,
                  keep_retrieval_score: bool = False, reranker: Reranker | None = None) -> None:
         if reranker is None and model is None:
             raise ValueError("pass model='<exported model name or directory>' or "

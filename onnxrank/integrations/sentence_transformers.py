@@ -42,6 +42,7 @@ from numpy.typing import NDArray
 from onnxrank._optional import require
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 
 
 class CrossEncoder:
@@ -61,7 +62,7 @@ class CrossEncoder:
         TypeError: An override that is no engine option.
     """
 
-    def __init__(self, model_name_or_path: str | Path, *, models_dir: str | Path = "models",
+    def __init__(self, model_name_or_path: str | Path, *, models_dir: str | Path = DEFAULT_MODELS_DIR,
                  device: str | None = None, max_length: int | None = None,
                  activation_fn: Callable[..., Any] | None = None,
                  config: EngineConfig | None = None, **overrides: Any) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.errors import InferenceError, MissingDependencyError, ModelLoadError
 from onnxrank.rerankers.base import (
     DEFAULT_ON_ERROR,
@@ -54,7 +55,7 @@ class LocalReranker:
         self,
         model: str | Path | Reranker = DEFAULT_LOCAL_MODEL,
         *,
-        models_dir: str | Path = "models",
+        models_dir: str | Path = DEFAULT_MODELS_DIR,
         config: EngineConfig | None = None,
         on_error: OnError = DEFAULT_ON_ERROR,
     ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.rerankers.base import DEFAULT_ON_ERROR, DEFAULT_TIMEOUT_S, OnError, RerankBackend
 from onnxrank.rerankers.cohere import DEFAULT_COHERE_MODEL, CohereReranker
 from onnxrank.rerankers.llm import DEFAULT_LLM_URL, DEFAULT_MAX_CONCURRENCY, ChatApi, LLMReranker
@@ -22,7 +23,7 @@ def make_reranker(
     name: str,
     *,
     model: str | Path | None = None,
-    models_dir: str | Path = "models",
+    models_dir: str | Path = DEFAULT_MODELS_DIR,
     config: EngineConfig | None = None,
     base_url: str | None = None,
     api_key: str | None = None,

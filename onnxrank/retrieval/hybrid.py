@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from onnxrank.engine.runtime import resolve_model_dir
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, resolve_model_dir
 from onnxrank.errors import RetrievalError
 from onnxrank.rerankers.base import RerankBackend
 from onnxrank.rerankers.local import LocalReranker
@@ -106,7 +106,7 @@ class HybridRetriever:
         manifest: IndexManifest,
         *,
         embedder: Embedder | None = None,
-        models_dir: str | Path = "models",
+        models_dir: str | Path = DEFAULT_MODELS_DIR,
         device: Device | str = Device.AUTO,
         threads: int | None = None,
         ef_search: int | None = None,
@@ -134,7 +134,7 @@ class HybridRetriever:
         index_dir: str | Path,
         *,
         embedder: Embedder | str | Path | None = None,
-        models_dir: str | Path = "models",
+        models_dir: str | Path = DEFAULT_MODELS_DIR,
         device: Device | str = Device.AUTO,
         threads: int | None = None,
         ef_search: int | None = None,
