@@ -3,13 +3,42 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from onnxrank.bench.harness import Contender
 from onnxrank.bench.workloads import Request
+from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
 from onnxrank.types import Pair
+
+# EngineConfig fields the bench sets itself: each scenario runs on every device of its --device
+# list, and its --threads is every contender's, the baselines' too.
+BENCH_OWN_OPTIONS = ("device", "threads")
+
+
+def bench_engine_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine options of a bench run that differ from EngineConfig's defaults, in field order.
+
+    Raises:
+        ValueError: `options` sets device or threads, or a value is out of range.
+        TypeError: A name is not an EngineConfig field.
+    """
+    own = sorted(set(options) & set(BENCH_OWN_OPTIONS))
+    if own:
+        raise ValueError(f"engine options {own} are set by the bench itself (its --device list "
+                         "and --threads), not per engine")
+    defaults = EngineConfig()
+    config = defaults.with_overrides(**options)
+    return {spec.name: getattr(config, spec.name) for spec in dataclasses.fields(config)
+            if getattr(config, spec.name) != getattr(defaults, spec.name)}
+
+
+def describe_engine_options(options: Mapping[str, Any]) -> str:
+    """"defaults", or "defaults except" the changed options: for labels and the report."""
+    if not options:
+        return "defaults"
+    return "defaults except " + ", ".join(f"{name}={value!r}" for name, value in options.items())
 
 
 def engine_settings(reranker: Reranker) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from onnxrank._optional import require
 from onnxrank.bench.budgets import Verdict
+from onnxrank.bench.contenders import describe_engine_options
 from onnxrank.bench.harness import ScenarioResult
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         f"- Threads: {run['threads']} for every runtime. Calibration: {run['calibration_ms']:.1f} "
         f"ms now vs {run['reference_ms']:.1f} ms on {run['reference_machine']}: latency budgets "
         f"x{run['scale']:.2f}",
+        f"- Engine options: {describe_engine_options(run['engine_options'])} (every engine "
+        "contender; a sweep varies its own setting on top)",
         "- Contenders ran interleaved query by query, in a new rotation on each; ratios are "
         "min/median/max over queries of (other's time / engine's time).",
         "- Budgets: " + ("enforced" if run.get("budgets_enforced", True) else

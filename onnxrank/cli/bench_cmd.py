@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from onnxrank._optional import require
 from onnxrank.bench.budgets import load_budgets
+from onnxrank.bench.contenders import BENCH_OWN_OPTIONS, bench_engine_options
 from onnxrank.bench.environment import parse_devices
 from onnxrank.bench.paths import (
     DEFAULT_BUDGETS,
@@ -19,9 +21,17 @@ from onnxrank.bench.paths import (
 )
 from onnxrank.bench.workloads import REGIMES, parse_regimes
 from onnxrank.cli.common import HelpFormatter
-from onnxrank.cli.options import DEFAULT_MODELS_DIR, DEFAULT_RERANK_MODEL, add_flag
+from onnxrank.cli.options import (
+    DEFAULT_MODELS_DIR,
+    DEFAULT_RERANK_MODEL,
+    add_config_options,
+    add_flag,
+    config_overrides,
+)
+from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
 from onnxrank.retrieval.indexer import DEFAULT_EMBEDDER
+from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +58,7 @@ EPILOG = f"""examples:
   onnxrank bench --model minilm-standin --embedder minilm-embedder --out bench-results/full
   onnxrank bench --device cpu,cuda --regimes short,mixed --scenarios latency
   onnxrank bench --quick --budgets my_budgets.toml
+  onnxrank bench --quick --scenarios latency --precision fp32 --max-batch-tokens 4096
 
 Outputs in --out: summary.md (tables), summary.json (our summary), {PYTEST_BENCHMARK_JSON}
 (pytest-benchmark's raw data, with device and settings in extra_info) and PNG plots.
@@ -129,7 +140,8 @@ def run_bench(args: argparse.Namespace) -> int:
     The parser has already checked --device, --regimes, --scenarios, --queries and --threads.
 
     Raises:
-        ValueError: A missing or malformed budgets file or dataset.
+        ValueError: A missing or malformed budgets file or dataset, an engine option out of range,
+            or one the model cannot run with on CPU.
         ModelLoadError: --model is not an exported model.
         MissingDependencyError: pytest or pytest-benchmark is not installed.
     """
@@ -139,8 +151,13 @@ def run_bench(args: argparse.Namespace) -> int:
                          f"(the default is {DEFAULT_BUDGETS})")
     load_budgets(args.budgets)
     check_dataset(args.dataset)
-    # Load the model once here: a missing model is one clear error instead of one per scenario.
-    Reranker.from_pretrained(args.model, models_dir=args.models_dir, device="cpu", threads=1)
+    engine_options = bench_engine_options(
+        config_overrides(args, EngineConfig, exclude=BENCH_OWN_OPTIONS))
+    # Load the model once here: a missing model, or engine options it cannot run with on CPU, is
+    # one clear error instead of one per scenario.
+    cpu_options = engine_options if Device.CPU.value in parse_devices(args.device) else {}
+    Reranker.from_pretrained(args.model, models_dir=args.models_dir, device="cpu", threads=1,
+                             **cpu_options)
     pytest = require("pytest", extra="bench")
     require("pytest_benchmark", extra="bench")
     out = Path(args.out)
@@ -155,6 +172,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "--benchmark-columns=min,median,max,rounds",
         f"--bench-model={args.model}",
         f"--bench-models-dir={args.models_dir}",
+        f"--bench-engine-options={json.dumps(engine_options)}",
         f"--bench-embedder={args.embedder}",
         f"--bench-dataset={args.dataset}",
         f"--bench-device={args.device}",
@@ -222,4 +240,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "with --quick); more queries make p95/p99 meaningful")
     add_flag(parser, COMMAND, "--threads", type=positive_int, default=None,
              help="threads for every runtime (default: the CPUs this process may use)")
+    engine = parser.add_argument_group(
+        "engine options (same meaning and twins as in every command; for every engine "
+        "contender, a sweep varies its own setting on top)")
+    add_config_options(engine, EngineConfig, None, exclude=BENCH_OWN_OPTIONS)
     parser.set_defaults(handler=run_bench)

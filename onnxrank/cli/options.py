@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Any
 
 from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.rerankers.local import DEFAULT_LOCAL_MODEL
 
 ENV_PREFIX = "ONNXRANK_"
@@ -24,7 +26,6 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 # the library's own default, never retyped here
 DEFAULT_RERANK_MODEL = DEFAULT_LOCAL_MODEL
-DEFAULT_MODELS_DIR = "models"
 # options the user did not set stay out of the namespace, so library defaults apply
 UNSET = argparse.SUPPRESS
 
@@ -97,14 +98,20 @@ def _optional_int(text: str) -> int | None:
 
 
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                       config_class: type, command: str | None) -> None:
+                       config_class: type, command: str | None, *,
+                       exclude: Collection[str] = ()) -> None:
     """One flag per field of a config dataclass whose field metadata has help/kind/choices.
 
     Flags default to "unset", so `config_overrides` passes on only what the user chose and every
     default stays the dataclass's own (shown in the help).
+
+    Args:
+        exclude: Fields that get no flag (the command has its own flag of that name).
     """
     defaults = config_class()
     for spec in fields(config_class):
+        if spec.name in exclude:
+            continue
         meta = spec.metadata
         flag = "--" + spec.name.replace("_", "-")
         help_text = f"{meta['help']}; default: {getattr(defaults, spec.name)}"
@@ -118,10 +125,16 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                  help=help_text, metavar=None if choices else spec.name.upper())
 
 
-def config_overrides(args: argparse.Namespace, config_class: type) -> dict[str, Any]:
-    """The fields of `config_class` that the user set through a flag or its twin."""
+def config_overrides(args: argparse.Namespace, config_class: type, *,
+                     exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The fields of `config_class` that the user set through a flag or its twin.
+
+    Args:
+        exclude: Fields whose namesake in `args` is a flag of the command's own, as passed to
+            `add_config_options`.
+    """
     return {spec.name: getattr(args, spec.name) for spec in fields(config_class)
-            if hasattr(args, spec.name)}
+            if spec.name not in exclude and hasattr(args, spec.name)}
 
 
 def add_engine_options(parser: argparse.ArgumentParser, *,

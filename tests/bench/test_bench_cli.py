@@ -24,6 +24,7 @@ import onnxruntime as ort
 import openvino
 import pytest
 
+from onnxrank.bench.contenders import bench_engine_options, describe_engine_options
 from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
 from onnxrank.cli import build_parser, main
 from onnxrank.cli.bench_cmd import SCENARIO_FILES, parse_scenarios
@@ -288,6 +289,74 @@ def test_a_quick_run_does_not_fail_on_a_broken_budget(tiny_model_dir: Path,
     assert "no enforced budget broken" in completed.stdout
 
 
+def test_engine_flags_and_twins_reach_every_engine_contender(tiny_model_dir: Path,
+                                                             tmp_path: Path) -> None:
+    # --precision as a flag, max_batch_size through its global twin; ONNXRANK_THREADS is the
+    # engine's twin, which the bench's own --threads (ONNXRANK_BENCH_THREADS) does not read.
+    environment = {**os.environ, "ONNXRANK_MAX_BATCH_SIZE": "32", "ONNXRANK_THREADS": "1"}
+    out = tmp_path / "report"
+    completed = subprocess.run(
+        [sys.executable, "-m", "onnxrank", "bench", "--quick", "--model", str(tiny_model_dir),
+         "--device", "cpu", "--scenarios", "latency,sweeps", "--regimes", "short",
+         "--precision", "fp32", "--out", str(out)],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    changed = "defaults except precision='fp32', max_batch_size=32"
+    assert f"engine options: {changed}" in completed.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["engine_options"] == {"precision": "fp32", "max_batch_size": 32}
+    assert summary["run"]["threads"] > 1, "ONNXRANK_THREADS must not set the bench's threads"
+    assert f"- Engine options: {changed} (every engine contender" in (
+        out / "summary.md").read_text()
+    measured = {r["scenario"]: r for r in summary["results"] if r["status"] == "measured"
+                and r["regime"] in ("short", "mixed", "medium")}
+    engine = measured["latency"]["contenders"]["engine"]
+    assert engine["label"] == f"onnxrank engine ({changed})"
+    assert (engine["settings"]["precision"], engine["settings"]["variant"],
+            engine["settings"]["max_batch_size"]) == ("fp32", "fp32", 32)
+    # a sweep varies its own setting on top of the user's others
+    padding = measured["padding"]["contenders"]
+    assert padding["length_sorted"]["label"] == f"length-sorted token budget (engine {changed})"
+    assert padding["no_padding"]["settings"]["max_batch_size"] == 1
+    assert {padding[name]["settings"]["precision"] for name in (
+        "length_sorted", "input_order", "pad_to_max", "no_padding")} == {"fp32"}
+    sizes = measured["max_batch_size"]["contenders"]
+    assert {name: c["settings"]["max_batch_size"] for name, c in sizes.items()} == {
+        "max_batch_size=64": 64, "max_batch_size=8": 8}
+    assert {c["settings"]["precision"] for c in sizes.values()} == {"fp32"}
+    tokens = measured["max_batch_tokens"]["contenders"].values()
+    assert {(c["settings"]["precision"], c["settings"]["max_batch_size"]) for c in tokens} == {
+        ("fp32", 1024)}
+    assert measured["precision"]["contenders"]["ort_int8"]["settings"]["precision"] == "int8"
+    threads = measured["threads"]["contenders"]["threads=1"]["settings"]
+    assert (threads["threads"], threads["precision"], threads["max_batch_size"]) == (1, "fp32", 32)
+
+
+def test_engine_options_are_checked_before_the_suite_runs(
+        capsys: pytest.CaptureFixture[str], tiny_model_dir: Path, tmp_path: Path) -> None:
+    # (a small run in tmp_path, should the check ever let one through)
+    run = ["bench", "--quick", "--model", str(tiny_model_dir), "--device", "cpu", "--scenarios",
+           "latency", "--regimes", "short", "--out", str(tmp_path)]
+    assert main([*run, "--max-batch-tokens", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "onnxrank bench: error: max_batch_tokens must be >= 1, got 0\n")
+    # an option the model cannot run with: one error, not one per scenario
+    assert main([*run, "--max-length", "4096"]) == 2
+    assert capsys.readouterr().err == (
+        "onnxrank bench: error: max_length=4096 exceeds the model's max_length=512 "
+        f"({tiny_model_dir / 'manifest.json'})\n")
+
+
+def test_only_changed_engine_options_are_reported() -> None:
+    assert bench_engine_options({"precision": "auto", "max_batch_tokens": 4096,
+                                 "max_length": None}) == {"max_batch_tokens": 4096}
+    assert describe_engine_options({}) == "defaults"
+    with pytest.raises(ValueError, match=re.escape(
+            "engine options ['device', 'threads'] are set by the bench itself (its --device list "
+            "and --threads), not per engine")):
+        bench_engine_options({"threads": 2, "device": "cpu"})
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--regimes", "short,tiny"], "argument --regimes: unknown regimes ['tiny']; choose from "
                                   "short, medium, long, mixed (comma-separated)"),
@@ -379,8 +448,11 @@ def test_environment_twins_are_scoped_to_bench(monkeypatch: pytest.MonkeyPatch, 
         build_parser().parse_args(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
     for twin in ("ONNXRANK_BENCH_DEVICE", "ONNXRANK_BENCH_OUT", "ONNXRANK_BENCH_QUICK",
-                 "ONNXRANK_MODEL", "ONNXRANK_MODELS_DIR"):
+                 "ONNXRANK_MODEL", "ONNXRANK_MODELS_DIR", "ONNXRANK_PRECISION",
+                 "ONNXRANK_MAX_BATCH_TOKENS", "ONNXRANK_BENCH_THREADS"):
         assert f"(env {twin})" in help_text, twin
+    # the bench's own --device and --threads are not the engine's
+    assert "(env ONNXRANK_DEVICE)" not in help_text and "(env ONNXRANK_THREADS)" not in help_text
 
 
 @pytest.mark.parametrize(("name", "value", "reason"), [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from onnxrank.bench.baselines import (
 )
 from onnxrank.bench.budgets import BudgetFile, Verdict, check_budgets, load_budgets, verdict_table
 from onnxrank.bench.ceiling import ceiling_share
-from onnxrank.bench.contenders import pairs_contender
+from onnxrank.bench.contenders import bench_engine_options, describe_engine_options, pairs_contender
 from onnxrank.bench.environment import calibrate, device_unavailable_reason, machine_info, parse_devices
 from onnxrank.bench.flops import ModelFlops, model_flops
 from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved, summarize
@@ -37,6 +38,7 @@ from onnxrank.bench.workloads import (
     load_dataset,
     parse_regimes,
 )
+from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import usable_cpus
 from onnxrank.errors import MissingDependencyError, RerankError
 
@@ -110,12 +112,15 @@ class BenchRun:
         self.model_name: str = option("--bench-model")
         self.models_dir = Path(option("--bench-models-dir"))
         self.embedder_name: str = option("--bench-embedder")
+        # The user's engine options that differ from the defaults (empty: every engine contender
+        # "with defaults" runs EngineConfig's defaults).
+        self.engine_options = bench_engine_options(json.loads(option("--bench-engine-options")))
         self.results: list[ScenarioResult] = []
         self.verdicts: list[Verdict] = []
         # precision -> the fastest GEMM of that precision (set by the ceiling scenario)
         self.ceilings: dict[str, dict[str, Any]] = {}
         self.ceiling_note = "the ceiling scenario did not run"
-        self._engines: dict[tuple[Any, ...], Reranker] = {}
+        self._engines: dict[EngineConfig, Reranker] = {}
         self._baselines: dict[tuple[str, str], Any] = {}
         self._workloads: dict[tuple[str, int], Workload] = {}
         self._request_flops: dict[int, float] = {}
@@ -203,29 +208,40 @@ class BenchRun:
             engine = self.reference_engine
             encodings = engine.tokenizer.encode_batch(
                 [(request.query, document) for document in request.documents])
-            max_length = engine.config.max_length or engine.spec.max_length
+            # the contenders' max_length: the user's, else the manifest's
+            max_length = self.engine_options.get("max_length") or engine.config.max_length
             self._request_flops[key] = flops.pairs(
                 [min(len(encoding.ids), max_length) for encoding in encodings])
         return self._request_flops[key]
 
+    def engine_label(self, **overrides: Any) -> str:
+        """What `engine(device, **overrides)` runs besides its device and threads, for labels:
+        "defaults", or "defaults except" the options that differ."""
+        return describe_engine_options(bench_engine_options({**self.engine_options, **overrides}))
+
+    def engine_config(self, device: str, **overrides: Any) -> EngineConfig:
+        """The settings of an engine on `device`: the run's threads, the user's engine options,
+        then `overrides` (EngineConfig fields: what a scenario varies)."""
+        return EngineConfig(device=device, threads=self.threads).with_overrides(
+            **{**self.engine_options, **overrides})
+
     def engine(self, device: str, **overrides: Any) -> Reranker:
-        """A Reranker on `device` with `overrides` (EngineConfig fields, as from_dir takes them).
+        """A Reranker with `engine_config(device, **overrides)`, one per distinct config.
 
         The default engine of each device is kept for the session; engines with other settings
         live until the end of the test (release_engines), so that a sweep's sessions and their
         memory arenas do not pile up.
         """
-        overrides.setdefault("threads", self.threads)
-        key = (device, tuple(sorted(overrides.items())))
-        if key not in self._engines:
-            self._engines[key] = Reranker.from_dir(self.model_dir, device=device, **overrides)
-        return self._engines[key]
+        config = self.engine_config(device, **overrides)
+        if config not in self._engines:
+            self._engines[config] = Reranker.from_dir(self.model_dir, config)
+        return self._engines[config]
 
     def release_engines(self) -> None:
         """Drop every engine except the default one of each device."""
-        default = (("threads", self.threads),)
-        self._engines = {key: engine for key, engine in self._engines.items()
-                         if key[1] == default}
+        defaults = {self.engine_config(device) for device in self.devices}
+        self._engines = {config: engine for config, engine in self._engines.items()
+                         if config in defaults}
 
     def baseline(self, name: str, device: str) -> Any:
         """A baseline instance, or the reason (str) it cannot run here; cached per session."""
@@ -278,7 +294,8 @@ class BenchRun:
                 one model pass per pair, as long_documents="max_chunk" does).
         """
         flops = None
-        if count_flops:
+        # The user's long_documents="max_chunk" makes every engine contender a max_chunk one.
+        if count_flops and "long_documents" not in self.engine_options:
             per_item = [[self.request_flops(request) for request in item] for item in items]
             if all(value is not None for values in per_item for value in values):
                 flops = [float(sum(values)) for values in per_item]  # type: ignore[arg-type]
@@ -348,6 +365,7 @@ class BenchRun:
             "devices": self.devices,
             "regimes": [regime.name for regime in self.regimes],
             "threads": self.threads,
+            "engine_options": self.engine_options,
             "sizes": dataclasses.asdict(self.sizes),
             "budgets_file": str(self.budgets.path),
             "budgets_enforced": self.not_enforced_reason is None,

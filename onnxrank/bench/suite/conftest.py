@@ -21,6 +21,9 @@ from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
 from onnxrank.bench.report import write_report
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.bench.workloads import REGIMES
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
+from onnxrank.rerankers.local import DEFAULT_LOCAL_MODEL
+from onnxrank.retrieval.indexer import DEFAULT_EMBEDDER
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +32,15 @@ FIRST_SCENARIO_FILE = "test_ceiling.py"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("onnxrank bench")
-    group.addoption("--bench-model", default="minilm-standin",
+    group.addoption("--bench-model", default=DEFAULT_LOCAL_MODEL,
                     help="model name under --bench-models-dir, or a model directory")
-    group.addoption("--bench-models-dir", default="models",
+    group.addoption("--bench-models-dir", default=DEFAULT_MODELS_DIR,
                     help="where model names are looked up")
-    group.addoption("--bench-embedder", default="minilm-embedder",
+    group.addoption("--bench-engine-options", default="{}",
+                    help="EngineConfig options of every engine contender, as a JSON object (not "
+                         "device or threads: --bench-device and --bench-threads set those); a "
+                         "sweep varies its own setting on top")
+    group.addoption("--bench-embedder", default=DEFAULT_EMBEDDER,
                     help="embedding model (name or directory) of the retrieval-stages scenario")
     group.addoption("--bench-dataset", default=str(DEFAULT_DATASET),
                     help="dataset directory (corpus.jsonl, queries.jsonl)")
@@ -102,6 +109,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     write = terminalreporter.write_line
     terminalreporter.section("onnxrank bench: budgets")
     write(f"model: {run.model_label}")
+    write(f"engine options: {run.engine_label()}")
     write(f"calibration {run.calibration_ms:.1f} ms vs {run.budgets.reference_ms:.1f} ms on "
           f"{run.budgets.reference_machine}: latency budgets x{run.scale:.2f}")
     for precision, ceiling in run.ceilings.items():

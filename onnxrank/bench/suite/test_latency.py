@@ -23,7 +23,8 @@ BASELINES = ("st", "naive_ort", "fastembed", "fastembed_fp32")
 def test_latency(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> None:
     bench.require_device(SCENARIO, regime.name, device)
     workload = bench.workload(regime, bench.sizes.latency_queries)
-    engine = engine_contender("engine", "onnxrank engine (defaults)", bench.engine(device))
+    engine = engine_contender("engine", f"onnxrank engine ({bench.engine_label()})",
+                              bench.engine(device))
     baselines, skipped = bench.baseline_contenders(device, BASELINES)
     skipped["flashrank"] = FLASHRANK_SKIP_REASON
     bench.compare(

@@ -20,7 +20,8 @@ def test_long_documents(benchmark: Any, bench: BenchRun, device: str) -> None:
     contenders = [
         engine_contender("max_chunk", "engine, long_documents='max_chunk'",
                          bench.engine(device, long_documents="max_chunk")),
-        engine_contender("truncate", "engine, long_documents='truncate'", bench.engine(device)),
+        engine_contender("truncate", "engine, long_documents='truncate'",
+                         bench.engine(device, long_documents="truncate")),
     ]
     bench.compare(
         benchmark, scenario=SCENARIO, regime=LONG_DOCUMENTS.name, device=device,

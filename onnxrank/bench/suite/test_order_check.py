@@ -25,8 +25,8 @@ def test_order_check(benchmark: Any, bench: BenchRun, device: str) -> None:
     workload = bench.workload(REGIME, bench.sizes.sweep_queries)
     # Separate sessions (bench.engine would hand back one cached engine three times).
     contenders = [
-        engine_contender(name, "engine (defaults), an identical copy",
-                         Reranker.from_dir(bench.model_dir, device=device, threads=bench.threads))
+        engine_contender(name, f"engine ({bench.engine_label()}), an identical copy",
+                         Reranker.from_dir(bench.model_dir, bench.engine_config(device)))
         for name in COPIES
     ]
     first, *others = COPIES

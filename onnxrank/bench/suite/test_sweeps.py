@@ -74,10 +74,12 @@ def test_padding(benchmark: Any, bench: BenchRun, device: str, padding_regime: R
     scenario = "padding"
     bench.require_device(scenario, padding_regime.name, device)
     workload = bench.workload(padding_regime, bench.sizes.sweep_queries)
-    max_length = bench.reference_engine.config.max_length
+    # Length-sorted even when the user turned sorting off: each contender is one strategy.
+    length_sorted = bench.engine(device, sort_by_length=True)
+    max_length = length_sorted.config.max_length
     contenders = [
-        engine_contender("length_sorted", "length-sorted token budget (engine default)",
-                         bench.engine(device)),
+        engine_contender("length_sorted", "length-sorted token budget (engine "
+                         f"{bench.engine_label(sort_by_length=True)})", length_sorted),
         engine_contender("input_order", "pad to longest, input order (sort_by_length=False)",
                          bench.engine(device, sort_by_length=False)),
         engine_contender("pad_to_max", f"pad every row to {max_length}, input order (engine, "

@@ -23,7 +23,7 @@ def test_throughput(benchmark: Any, bench: BenchRun, device: str, regime: Regime
     step = bench.sizes.throughput_requests_per_round
     chunks = [workload.requests[start:start + step]
               for start in range(0, len(workload.requests), step)]
-    engine = engine_many_contender("engine", "onnxrank engine rerank_many (defaults)",
+    engine = engine_many_contender("engine", f"onnxrank engine rerank_many ({bench.engine_label()})",
                                    bench.engine(device))
     bench.compare(
         benchmark, scenario=SCENARIO, regime=regime.name, device=device, contenders=[engine],
