@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,14 +284,18 @@ class ServerProcess(_Process):
         model_dir: The exported model directory.
         threads: Engine threads.
         batching: Cross-request batching on or off.
+        engine_options: EngineConfig fields the bench run sets (``--precision`` ...), passed on
+            as the same flags.
         extra_args: More ``onnxrank serve`` flags.
     """
 
     def __init__(self, model_dir: Path, *, threads: int, batching: bool,
+                 engine_options: Mapping[str, Any] | None = None,
                  extra_args: Sequence[str] = ()) -> None:
         command = [sys.executable, "-m", "onnxrank", "serve", "--model", str(model_dir),
                    "--host", LOOPBACK, "--port", "0", "--threads", str(threads),
-                   "--batching" if batching else "--no-batching", *extra_args]
+                   "--batching" if batching else "--no-batching",
+                   *engine_flags(engine_options or {}), *extra_args]
         # The flags say everything: no ONNXRANK_* twin of the caller's environment applies.
         env = {name: value for name, value in os.environ.items()
                if not name.startswith("ONNXRANK_")}
@@ -317,6 +321,18 @@ class ServerProcess(_Process):
     def metrics_text(self) -> str:
         httpx = require("httpx", extra="serve-test")
         return str(httpx.get(f"{self.base_url}/metrics", timeout=30).text)
+
+
+def engine_flags(options: Mapping[str, Any]) -> list[str]:
+    """EngineConfig fields as the command-line flags every command generates from them."""
+    flags = []
+    for name, value in options.items():
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            flags += [f"--{flag}", str(value)]
+    return flags
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -23,6 +23,7 @@ from onnxrank._optional import require
 from onnxrank.serve.batcher import (
     Batcher,
     DeadlineExpiredError,
+    DeadlineUnreachableError,
     Job,
     JobResult,
     QueueFullError,
@@ -288,16 +289,25 @@ async def _answer(state: ServerState, family: Family, request: Request, started:
         raise RequestError(429, str(err), retry_after_s=err.retry_after_s) from err
     except ShuttingDownError as err:
         raise RequestError(503, str(err)) from err
+    except DeadlineUnreachableError as err:
+        # answered now rather than after a wait that would end in the same answer
+        return _missed_deadline(state, call, started, f"{err} ({call.deadline_ms:g} ms)")
     outcome = await _wait(state, request, job, deadline)
     if isinstance(outcome, JobResult):
         return _ranked_response(state, call, outcome, started)
     if outcome == "client_disconnected":
         return Response(status_code=CLIENT_CLOSED_STATUS)
+    return _missed_deadline(
+        state, call, started,
+        f"the deadline of {call.deadline_ms:g} ms passed before the request was scored")
+
+
+def _missed_deadline(state: ServerState, call: RerankCall, started: float, why: str) -> Response:
+    """The retrieval order flagged as not reranked when the request asked for it, else a 503."""
     if call.on_deadline == "fallback":
         return _ranked_response(state, call, None, started, reranked=False)
     raise RequestError(
-        503, f"the deadline of {call.deadline_ms:g} ms passed before the request was scored; "
-             "send \"on_deadline\": \"fallback\" to get the retrieval order instead")
+        503, f"{why}; send \"on_deadline\": \"fallback\" to get the retrieval order instead")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

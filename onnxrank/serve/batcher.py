@@ -47,6 +47,16 @@ class DeadlineExpiredError(Exception):
     """The job's deadline passed before the engine took it."""
 
 
+class DeadlineUnreachableError(DeadlineExpiredError):
+    """At arrival, the work ahead of the job would already take longer than its deadline."""
+
+    def __init__(self, estimated_s: float) -> None:
+        super().__init__(
+            f"the requests ahead of this one would take about {estimated_s * 1000:.0f} ms, "
+            "longer than its deadline allows")
+        self.estimated_s = estimated_s
+
+
 class ShuttingDownError(Exception):
     """The server stopped before the job could run."""
 
@@ -111,6 +121,7 @@ class Batcher:
         self.window_s = window_s
         self._queue: deque[Job] = deque()
         self._running_pairs = 0
+        self._run_started = 0.0
         self._cond = threading.Condition()
         self._stopping = False
         self._pairs_per_s: float | None = None
@@ -131,6 +142,8 @@ class Batcher:
 
         Raises:
             QueueFullError: `max_queue` jobs are waiting.
+            DeadlineUnreachableError: The job has a deadline, and the work ahead of it plus its
+                own would take longer at the recent pairs/s: waiting would only waste it.
             ShuttingDownError: stop() was called.
         """
         with self._cond:
@@ -138,6 +151,11 @@ class Batcher:
                 raise ShuttingDownError("the server is shutting down")
             if len(self._queue) >= self.max_queue:
                 raise QueueFullError(self.max_queue, self._retry_after_s())
+            if job.deadline is not None and self._pairs_per_s:
+                finish_s = self._pending_s(len(job.pairs))
+                if time.perf_counter() + finish_s > job.deadline:
+                    self._metrics.dropped.labels(reason="deadline_unreachable").inc()
+                    raise DeadlineUnreachableError(finish_s)
             job.state = "queued"
             self._queue.append(job)
             self._metrics.queue_depth.set(len(self._queue))
@@ -184,10 +202,16 @@ class Batcher:
 
     def _retry_after_s(self) -> int:
         """Seconds until the work ahead is likely done (at least 1); called under the lock."""
-        if not self._pairs_per_s:
-            return 1
-        pending = self._running_pairs + sum(len(job.pairs) for job in self._queue)
-        return max(1, math.ceil(pending / self._pairs_per_s))
+        return max(1, math.ceil(self._pending_s(0))) if self._pairs_per_s else 1
+
+    def _pending_s(self, extra_pairs: int) -> float:
+        """Estimated seconds until the running run, every queued job and `extra_pairs` more are
+        scored, at the recent pairs/s; called under the lock with an estimate present."""
+        assert self._pairs_per_s
+        done = (time.perf_counter() - self._run_started) * self._pairs_per_s
+        running_left = max(0.0, self._running_pairs - done) if self._running_pairs else 0.0
+        queued = sum(len(job.pairs) for job in self._queue)
+        return (running_left + queued + extra_pairs) / self._pairs_per_s
 
     # --- the worker thread ----------------------------------------------------------------------
 
@@ -232,6 +256,7 @@ class Batcher:
             for job in jobs:
                 job.state = "running"
             self._running_pairs = sum(len(job.pairs) for job in jobs)
+            self._run_started = time.perf_counter()
             self._metrics.queue_depth.set(len(self._queue))
         return jobs
 

@@ -41,9 +41,12 @@ class ServeConfig:
         "for more requests to join a run: 2 ms adds at most 2 ms to a lone request, while under "
         "load the oldest request has already waited longer and the run starts at once", 0,
         kind=float))
-    max_queue: int = field(default=32, metadata=_option(
-        "requests waiting for the engine; one more gets 429 with Retry-After. 32 requests of 50 "
-        "candidates are 1,600 pairs waiting behind the run in progress", 1, kind=int))
+    max_queue: int = field(default=16, metadata=_option(
+        "requests waiting for the engine; one more gets 429 with Retry-After. The worker takes "
+        "every waiting request into its next run, so an accepted request waits at most for the "
+        "run in progress and then its own, each of at most this many requests: under overload, "
+        "latency stays near that of as many concurrent clients. Raise it for more concurrent "
+        "clients when their latency matters less than not being refused", 1, kind=int))
     max_documents: int = field(default=1000, metadata=_option(
         "documents per request (413 above it); a request larger than one batch is split into "
         "batches by the planner, this limit only bounds one request's share of the server", 1,

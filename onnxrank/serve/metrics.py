@@ -15,6 +15,8 @@ SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKENS_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 REQUESTS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# Why a request never reached the engine (labels of onnxrank_requests_dropped_total).
+DROP_REASONS = ("client_disconnected", "deadline", "deadline_unreachable")
 
 
 class ServerMetrics:
@@ -30,8 +32,9 @@ class ServerMetrics:
         run_requests / run_pairs: Requests and pairs merged into one engine run.
         engine_runs: Engine runs (one planner pass each).
         pairs_scored: (query, document) pairs that reached the engine.
-        dropped: Requests taken out of the queue before the engine, by reason
-            ("client_disconnected", "deadline").
+        dropped: Requests that never reached the engine, by reason: "client_disconnected" and
+            "deadline" (taken out of the queue), "deadline_unreachable" (answered at arrival:
+            the work ahead would outlast the deadline).
         queue_depth: Requests waiting for the engine now.
     """
 
@@ -69,7 +72,7 @@ class ServerMetrics:
         self.dropped = counter("requests_dropped", "requests dropped before the engine",
                                ["reason"], **common)
         self.queue_depth = gauge("queue_depth", "requests waiting for the engine", **common)
-        for reason in ("client_disconnected", "deadline"):
+        for reason in DROP_REASONS:
             self.dropped.labels(reason=reason)
 
     def exposition(self) -> tuple[bytes, str]:

@@ -110,6 +110,38 @@ def test_deadline_passed_while_waiting(gated: GatedEngine, pool: ThreadPoolExecu
         assert server.metric("onnxrank_pairs_scored_total") == len(DOCUMENTS)
 
 
+def test_deadline_that_cannot_be_met_is_answered_at_arrival(gated: GatedEngine,
+                                                            pool: ThreadPoolExecutor) -> None:
+    with running_server(gated, ServeConfig(port=0)) as server:
+        # A first run held for at least held_s makes the server's pairs/s at most
+        # len(DOCUMENTS) / held_s, so a request of as many pairs is estimated at >= held_s.
+        held_s = 0.5
+        first = hold_first_run(server, gated, pool, {"query": QUERY, "documents": DOCUMENTS})
+        threading.Event().wait(held_s)
+        gated.gate.set()
+        assert first.result(WAIT_S).status_code == 200
+        runs = gated.runs_entered
+        hopeless = post(server, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS,
+                                               "deadline_ms": 100})
+        assert hopeless.status_code == 503
+        message = hopeless.json()["message"]
+        assert message.startswith("the requests ahead of this one would take about ")
+        assert "longer than its deadline allows (100 ms)" in message
+        fallback = post(server, "/rerank", {"query": QUERY, "texts": DOCUMENTS,
+                                            "deadline_ms": 100, "on_deadline": "fallback"})
+        assert fallback.status_code == 200
+        assert fallback.headers["x-onnxrank-reranked"] == "false"
+        assert [item["index"] for item in fallback.json()] == list(range(len(DOCUMENTS)))
+        assert gated.runs_entered == runs  # neither reached the engine
+        assert server.metric("onnxrank_requests_dropped_total",
+                             reason="deadline_unreachable") == 2
+        # A deadline the estimate fits is queued and scored.
+        patient = post(server, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS,
+                                              "deadline_ms": 20_000})
+        assert patient.status_code == 200
+        assert server.metric("onnxrank_pairs_scored_total") == 2 * len(DOCUMENTS)
+
+
 def raw_request(server: RunningServer, body: bytes) -> socket.socket:
     """A connection with one POST /v1/rerank sent on it, asking the server to close it after
     the answer (the caller closes it too)."""

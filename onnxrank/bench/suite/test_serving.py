@@ -86,10 +86,10 @@ class _Servers:
         if self._started is None:
             bench, args = self._bench, ("--max-queue", CLOSED_LOOP_QUEUE)
             self._started = {}
-            self._started["serve"] = ServerProcess(bench.model_dir, threads=bench.threads,
-                                                   batching=True, extra_args=args)
-            self._started["serve_nobatch"] = ServerProcess(
-                bench.model_dir, threads=bench.threads, batching=False, extra_args=args)
+            for name, batching in (("serve", True), ("serve_nobatch", False)):
+                self._started[name] = ServerProcess(
+                    bench.model_dir, threads=bench.threads, batching=batching,
+                    engine_options=bench.engine_options, extra_args=args)
             try:
                 self._started["infinity"] = InfinityProcess(bench.model_dir / "checkpoint",
                                                             threads=bench.threads)
@@ -152,8 +152,10 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
     model = bench.reference_engine.spec.name
     bodies = cohere_bodies(requests, model)
     labels = {
-        "serve": "onnxrank serve, cross-request batching (POST /v1/rerank)",
-        "serve_nobatch": "onnxrank serve, one engine run per request (--no-batching)",
+        "serve": f"onnxrank serve ({bench.engine_label()}), cross-request batching "
+                 "(POST /v1/rerank)",
+        "serve_nobatch": f"onnxrank serve ({bench.engine_label()}), one engine run per request "
+                         "(--no-batching)",
         "infinity": "Infinity (infinity-emb, torch engine) on the same checkpoint (POST /rerank)",
     }
     skipped: dict[str, str] = {}
@@ -231,7 +233,8 @@ def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regim
     rate = OVERLOAD_FACTOR * _capacity[regime.name] / candidates
     duration = QUICK_OVERLOAD_S if bench.quick else FULL_OVERLOAD_S
     bodies = cohere_bodies(requests, bench.reference_engine.spec.name)
-    server = ServerProcess(bench.model_dir, threads=bench.threads, batching=True)
+    server = ServerProcess(bench.model_dir, threads=bench.threads, batching=True,
+                           engine_options=bench.engine_options)
     try:
         url = server.base_url + "/v1/rerank"
         closed_loop(url, bodies[:4], clients=2, time_limit_s=LOOP_TIME_LIMIT_S)  # warm-up
@@ -270,7 +273,8 @@ def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regim
         ratios["c16_p99/overload_p99"] = {"n": 1, "min": value, "median": value, "max": value}
     bench.record(benchmark, ScenarioResult(
         scenario=scenario, regime=regime.name, device=device,
-        contenders={"serve": {"label": f"onnxrank serve (defaults) at {OVERLOAD_FACTOR:g}x the "
+        contenders={"serve": {"label": f"onnxrank serve (server defaults, engine "
+                                       f"{bench.engine_label()}) at {OVERLOAD_FACTOR:g}x the "
                                        f"capacity at {CAPACITY_CLIENTS} clients, open loop",
                               "settings": {"threads": bench.threads, "duration_s": duration},
                               "stats": stats}},
