@@ -23,7 +23,18 @@ PLOTS = {
     "latency": "latency.png",
     "max_batch_tokens": "throughput_vs_max_batch_tokens.png",
     "padding": "padding.png",
+    "serving": "serving.png",
 }
+SERVING_LEVEL = "serving_c"  # closed-loop serving scenarios: serving_c1, serving_c4, ...
+
+
+def _plotted(plot: str, result: ScenarioResult) -> bool:
+    """Whether `result` feeds the plot named `plot` (a key of PLOTS)."""
+    if result.status != "measured":
+        return False
+    if plot == "serving":
+        return result.scenario.startswith(SERVING_LEVEL)
+    return result.scenario == plot
 
 
 def write_summary_json(path: Path, run: dict[str, Any], results: Sequence[ScenarioResult],
@@ -113,7 +124,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
          for v in verdicts],
     )
     plots = [f"![{name}]({file_name})" for name, file_name in PLOTS.items()
-             if any(r.scenario == name and r.status == "measured" for r in results)]
+             if any(_plotted(name, r) for r in results)]
     if plots:
         lines += ["", "## Plots", "", *plots]
     return "\n".join(lines) + "\n"
@@ -253,6 +264,40 @@ def _plot_padding(plt: Any, results: Sequence[ScenarioResult], title: str, path:
     plt.close(figure)
 
 
+def _plot_serving(plt: Any, results: Sequence[ScenarioResult], title: str, path: Path) -> None:
+    """Per regime: pairs/s and p99 latency of each server against the closed-loop clients."""
+    measured = [r for r in results if _plotted("serving", r)]
+    regimes = list(dict.fromkeys(r.regime for r in measured))
+    figure, axes = plt.subplots(len(regimes), 2, figsize=(11.0, 4.0 * len(regimes)),
+                                squeeze=False)
+    for row, regime in zip(axes, regimes):
+        levels = sorted((int(r.scenario.removeprefix(SERVING_LEVEL)), r)
+                        for r in measured if r.regime == regime)
+        names = list(dict.fromkeys(name for _, r in levels for name, contender in
+                                   r.contenders.items() if "p99_ms" in contender["stats"]))
+        for name in names:
+            points = [(clients, r.contenders[name]["stats"]) for clients, r in levels
+                      if name in r.contenders]
+            clients = [level for level, _ in points]
+            row[0].plot(clients, [stats["pairs_per_s"] for _, stats in points], marker="o",
+                        label=name)
+            row[1].plot(clients, [stats["p99_ms"] / 1000.0 for _, stats in points], marker="o",
+                        label=name)
+        for axis, label in zip(row, ("pairs/s", "p99 latency, s")):
+            axis.set_xscale("log", base=2)
+            ticks = [level for level, _ in levels]
+            axis.set_xticks(ticks, [str(tick) for tick in ticks])
+            axis.set_xlabel("concurrent clients (closed loop)")
+            axis.set_ylabel(label)
+            axis.set_ylim(bottom=0)
+            axis.set_title(f"{regime}", fontsize=9)
+            axis.legend(fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def write_plots(directory: Path, results: Sequence[ScenarioResult], model_label: str) -> list[Path]:
     """PNG plots for the scenarios that were measured; returns the files written."""
     matplotlib = require("matplotlib", extra="bench")
@@ -260,11 +305,12 @@ def write_plots(directory: Path, results: Sequence[ScenarioResult], model_label:
     plt = require("matplotlib.pyplot", extra="bench")
     plotters = {"latency": (_plot_latency, "Latency p50 (bars) and p95 (marks) per regime"),
                 "max_batch_tokens": (_plot_sweep, "Throughput vs max_batch_tokens"),
-                "padding": (_plot_padding, "Padding strategies")}
+                "padding": (_plot_padding, "Padding strategies"),
+                "serving": (_plot_serving, "Servers under closed-loop load")}
     written = []
-    for scenario, (plotter, title) in plotters.items():
-        if any(r.scenario == scenario and r.status == "measured" for r in results):
-            path = directory / PLOTS[scenario]
+    for plot, (plotter, title) in plotters.items():
+        if any(_plotted(plot, r) for r in results):
+            path = directory / PLOTS[plot]
             label = "\n".join(textwrap.wrap(model_label, 80))
             plotter(plt, results, f"{title}\n{label}", path)
             written.append(path)

@@ -103,7 +103,7 @@ def test_quick_run_from_the_installed_package_writes_every_output_in_the_cwd(
     out = work / DEFAULT_OUT
     for name in ("summary.json", "summary.md", "pytest-benchmark.json"):
         assert (out / name).stat().st_size > 0, name
-    for name in ("latency.png", "throughput_vs_max_batch_tokens.png", "padding.png"):
+    for name in ("latency.png", "throughput_vs_max_batch_tokens.png", "padding.png", "serving.png"):
         width, height = _png_size(out / name)
         assert width >= 600 and height >= 400, (name, width, height)
     run = json.loads((out / "summary.json").read_text())["run"]
