@@ -35,6 +35,7 @@ from typing import Any
 
 from onnxrank._optional import require
 from onnxrank.bench.workloads import Request
+from onnxrank.cli.options import config_flags
 from onnxrank.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ class ServerProcess(_Process):
         command = [sys.executable, "-m", "onnxrank", "serve", "--model", str(model_dir),
                    "--host", LOOPBACK, "--port", "0", "--threads", str(threads),
                    "--batching" if batching else "--no-batching",
-                   *engine_flags(engine_options or {}), *extra_args]
+                   *config_flags(engine_options or {}), *extra_args]
         # The flags say everything: no ONNXRANK_* twin of the caller's environment applies.
         env = {name: value for name, value in os.environ.items()
                if not name.startswith("ONNXRANK_")}
@@ -321,18 +322,6 @@ class ServerProcess(_Process):
     def metrics_text(self) -> str:
         httpx = require("httpx", extra="serve-test")
         return str(httpx.get(f"{self.base_url}/metrics", timeout=30).text)
-
-
-def engine_flags(options: Mapping[str, Any]) -> list[str]:
-    """EngineConfig fields as the command-line flags every command generates from them."""
-    flags = []
-    for name, value in options.items():
-        flag = name.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(f"--{flag}" if value else f"--no-{flag}")
-        else:
-            flags += [f"--{flag}", str(value)]
-    return flags
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

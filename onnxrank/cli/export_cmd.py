@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank.cli.common import HelpFormatter
-from onnxrank.cli.options import add_flag
+from onnxrank.cli.options import add_flag, field_flag
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, load_model_spec, verify_files
 
@@ -98,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="seed for stand-in weights and head fitting")
     defaults = FidelityThresholds()
     for spec in fields(FidelityThresholds):
-        add_flag(export, "export", "--" + spec.name.replace("_", "-"), type=float,
+        add_flag(export, "export", field_flag(spec.name), type=float,
                  default=getattr(defaults, spec.name), help=THRESHOLD_HELP[spec.name])
     add_flag(export, "export", "--quiet", action="store_true", default=False,
              help="no progress bar and no summary table")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -97,6 +97,11 @@ def _optional_int(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none", "auto") else int(text)
 
 
+def field_flag(name: str) -> str:
+    """The command-line flag of a config field: max_batch_tokens -> --max-batch-tokens."""
+    return "--" + name.replace("_", "-")
+
+
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        config_class: type, command: str | None, *,
                        exclude: Collection[str] = ()) -> None:
@@ -113,7 +118,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         if spec.name in exclude:
             continue
         meta = spec.metadata
-        flag = "--" + spec.name.replace("_", "-")
+        flag = field_flag(spec.name)
         help_text = f"{meta['help']}; default: {getattr(defaults, spec.name)}"
         if meta["kind"] is bool:
             add_flag(parser, command, flag, action=argparse.BooleanOptionalAction, default=UNSET,
@@ -135,6 +140,18 @@ def config_overrides(args: argparse.Namespace, config_class: type, *,
     """
     return {spec.name: getattr(args, spec.name) for spec in fields(config_class)
             if spec.name not in exclude and hasattr(args, spec.name)}
+
+
+def config_flags(overrides: Mapping[str, Any]) -> list[str]:
+    """The command line that `config_overrides` reads back as `overrides` (for a subprocess)."""
+    flags = []
+    for name, value in overrides.items():
+        if isinstance(value, bool):  # BooleanOptionalAction's pair: --x / --no-x
+            flag = field_flag(name)
+            flags.append(flag if value else "--no-" + flag.removeprefix("--"))
+        else:
+            flags += [field_flag(name), str(value)]
+    return flags
 
 
 def add_engine_options(parser: argparse.ArgumentParser, *,

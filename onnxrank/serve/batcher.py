@@ -209,7 +209,7 @@ class Batcher:
         scored, at the recent pairs/s; called under the lock with an estimate present."""
         assert self._pairs_per_s
         done = (time.perf_counter() - self._run_started) * self._pairs_per_s
-        running_left = max(0.0, self._running_pairs - done) if self._running_pairs else 0.0
+        running_left = max(0.0, self._running_pairs - done)
         queued = sum(len(job.pairs) for job in self._queue)
         return (running_left + queued + extra_pairs) / self._pairs_per_s
 

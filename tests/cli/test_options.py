@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import fields
 
 import pytest
 
+from onnxrank.cli import build_parser
 from onnxrank.cli.options import (
     add_engine_options,
     add_flag,
+    config_flags,
     engine_overrides,
     env_name,
     parse_bool,
@@ -84,3 +87,14 @@ def test_command_twins_are_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = argparse.ArgumentParser(prog="test")
     add_flag(parser, "bench", "--out", required=True)
     assert parser.parse_args([]).out == "reports"  # the twin satisfies `required`
+
+
+def test_config_flags_are_read_back_as_the_same_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bench starts `onnxrank serve` subprocesses with its engine options this way.
+    for name in [name for name in os.environ if name.startswith("ONNXRANK_")]:
+        monkeypatch.delenv(name)
+    options = {"precision": "fp32", "max_batch_tokens": 2048, "sort_by_length": False,
+               "max_length": 128}
+    args = build_parser().parse_args(["serve", *config_flags(options)])
+    assert engine_overrides(args) == options
+    assert config_flags({"sort_by_length": True}) == ["--sort-by-length"]
