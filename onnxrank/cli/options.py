@@ -6,19 +6,23 @@ Two kinds of twins, one meaning each:
    ``ONNXRANK_MAX_BATCH_TOKENS``, ``ONNXRANK_MODEL`` (the rerank model).
 2. Every other flag belongs to its command: ``--out`` of `bench` is ``ONNXRANK_BENCH_OUT`` and
    ``--out`` of `export` is ``ONNXRANK_EXPORT_OUT``.
-This module and the subcommands are the only code that reads os.environ.
+This module and the subcommands are the only code that reads os.environ. The flag-name rule
+(``field_flag``, ``config_flags``) lives in onnxrank/options.py, where the library can import it
+too; it is re-exported here for the commands.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Any
 
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
+from onnxrank.options import config_flags as config_flags
+from onnxrank.options import field_flag
 from onnxrank.rerankers.local import DEFAULT_LOCAL_MODEL
 
 ENV_PREFIX = "ONNXRANK_"
@@ -97,11 +101,6 @@ def _optional_int(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none", "auto") else int(text)
 
 
-def field_flag(name: str) -> str:
-    """The command-line flag of a config field: max_batch_tokens -> --max-batch-tokens."""
-    return "--" + name.replace("_", "-")
-
-
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        config_class: type, command: str | None, *,
                        exclude: Collection[str] = ()) -> None:
@@ -140,18 +139,6 @@ def config_overrides(args: argparse.Namespace, config_class: type, *,
     """
     return {spec.name: getattr(args, spec.name) for spec in fields(config_class)
             if spec.name not in exclude and hasattr(args, spec.name)}
-
-
-def config_flags(overrides: Mapping[str, Any]) -> list[str]:
-    """The command line that `config_overrides` reads back as `overrides` (for a subprocess)."""
-    flags = []
-    for name, value in overrides.items():
-        if isinstance(value, bool):  # BooleanOptionalAction's pair: --x / --no-x
-            flag = field_flag(name)
-            flags.append(flag if value else "--no-" + flag.removeprefix("--"))
-        else:
-            flags += [field_flag(name), str(value)]
-    return flags
 
 
 def add_engine_options(parser: argparse.ArgumentParser, *,

@@ -27,6 +27,7 @@ from tokenizers import Tokenizer
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.engine.tokenize import EncodedRow, PairEncoder
 from onnxrank.errors import FidelityError
+from onnxrank.options import field_flag
 
 logger = logging.getLogger(__name__)
 
@@ -351,7 +352,7 @@ def threshold_failures(task: str, variant: str, metrics: dict[str, Any],
             value = values[metric]
             bad = (value > threshold) if direction == "<=" else not (value >= threshold)
             if bad:
-                flag = "--" + attribute.replace("_", "-")
+                flag = field_flag(attribute)
                 failures.append(
                     f"variant {variant} ({part.replace('_', '-')} pairs): {metric} = {value:.6g}, "
                     f"threshold {direction} {threshold:g} ({flag})"

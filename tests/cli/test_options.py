@@ -13,12 +13,12 @@ from onnxrank.cli import build_parser
 from onnxrank.cli.options import (
     add_engine_options,
     add_flag,
-    config_flags,
     engine_overrides,
     env_name,
     parse_bool,
 )
 from onnxrank.engine.config import EngineConfig
+from onnxrank.options import config_flags
 
 
 def engine_parser() -> argparse.ArgumentParser:
@@ -90,7 +90,8 @@ def test_command_twins_are_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_config_flags_are_read_back_as_the_same_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The bench starts `onnxrank serve` subprocesses with its engine options this way.
+    # The bench starts `onnxrank serve` subprocesses with its engine options this way, through
+    # onnxrank.options, which the library imports without the CLI.
     for name in [name for name in os.environ if name.startswith("ONNXRANK_")]:
         monkeypatch.delenv(name)
     options = {"precision": "fp32", "max_batch_tokens": 2048, "sort_by_length": False,
