@@ -7,7 +7,12 @@ import logging
 
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import add_engine_options, add_flag
-from onnxrank.cli.retrieval_cmd import add_reranker_options, make_backend
+from onnxrank.cli.retrieval_cmd import (
+    add_fusion_options,
+    add_reranker_options,
+    fusion_config,
+    make_backend,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMMAND, "--max-queries", type=int, default=None, help="use only the first N queries")
     add_flag(parser, COMMAND, "--rerank-top-n", type=int, default=None,
              help="fused candidates reranked per query; default: search's own for k=10 (50)")
+    add_fusion_options(parser, COMMAND)
     add_reranker_options(parser)
     add_engine_options(parser)
     parser.set_defaults(handler=run_diagnose)
@@ -45,13 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """Handler of `onnxrank diagnose`."""
-    from onnxrank.retrieval import HybridRetriever
+    from onnxrank.retrieval import HybridRetriever, LoadTimings
     from onnxrank.retrieval.diagnostics import diagnose, load_queries, write_report
 
     queries = load_queries(args.queries, max_queries=args.max_queries)
     retriever = HybridRetriever.open(args.index, models_dir=args.models_dir)
     try:
-        diagnosis = diagnose(retriever, queries, make_backend(args), rerank_top_n=args.rerank_top_n)
+        diagnosis = diagnose(retriever, queries, make_backend(args), rerank_top_n=args.rerank_top_n,
+                             fusion=fusion_config(args))
     finally:
         retriever.close()
     paths = write_report(diagnosis, args.out)
@@ -66,5 +73,6 @@ def run_diagnose(args: argparse.Namespace) -> int:
         f"{summary['top1_changed']} of {summary['queries_reranked']}, score-length Pearson "
         f"{summary['length_score_pearson']:.3f}"
     )
+    print(f"({LoadTimings(**diagnosis.load_ms).summary()})")
     print("wrote " + ", ".join(str(path) for path in paths))
     return 0

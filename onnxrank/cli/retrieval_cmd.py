@@ -7,14 +7,17 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import (
     DEFAULT_MODELS_DIR,
+    add_config_options,
     add_engine_options,
     add_flag,
+    config_overrides,
     engine_overrides,
     load_reranker,
 )
@@ -29,10 +32,10 @@ from onnxrank.retrieval.compression import (
 )
 from onnxrank.retrieval.dense import HnswSettings
 from onnxrank.retrieval.eval import DEFAULT_EVAL_RERANK_TOP_N, EVAL_CHUNK_WORDS, EVAL_MODES
-from onnxrank.retrieval.fusion import DEFAULT_RRF_K
+from onnxrank.retrieval.fusion import DEFAULT_FUSION_WEIGHT, DEFAULT_RRF_K, FUSIONS, FusionConfig
 from onnxrank.retrieval.hybrid import DEFAULT_DEPTH, DEFAULT_K
 from onnxrank.retrieval.indexer import DEFAULT_CHUNK_WORDS, DEFAULT_EMBEDDER, DEFAULT_OVERLAP_WORDS
-from onnxrank.retrieval.results import MODES
+from onnxrank.retrieval.results import MODES, LoadTimings
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +49,14 @@ QUERY_EPILOG = """example:
   onnxrank query "wing lift" --index indexes/papers --reranker cohere \\
       --reranker-url http://127.0.0.1:8080 --json
   onnxrank query "wing lift" --index indexes/papers --rerank --compress
+  onnxrank query "wing lift" --index indexes/papers --fusion convex --fusion-weight 0.3
 """
 EVAL_EPILOG = """example:
   onnxrank eval --dataset cranfield-sample --index indexes/cranfield-sample \\
       --modes vector,lexical,hybrid --out reports/sample
   onnxrank eval --dataset ../shared/data/cacm --index indexes/cacm --max-queries 20
+  onnxrank eval --dataset ../shared/data/cacm --index indexes/cacm --modes hybrid \\
+      --fusions rrf,convex --fusion-weights 0.3,0.5,0.7
 """
 HNSW_DEFAULTS = HnswSettings()
 ENGINE_DEFAULTS = EngineConfig()
@@ -154,6 +160,16 @@ def make_backend(args: argparse.Namespace) -> Any:
     )
 
 
+def add_fusion_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """--fusion, --rrf-k, --fusion-weight: one flag per FusionConfig field, scoped by `command`."""
+    add_config_options(parser.add_argument_group("fusion (hybrid mode)"), FusionConfig, command)
+
+
+def fusion_config(args: argparse.Namespace) -> FusionConfig:
+    """The FusionConfig of the flags the user set; the library's defaults for the rest."""
+    return FusionConfig(**config_overrides(args, FusionConfig))
+
+
 def _register_query(subparsers: argparse._SubParsersAction) -> None:
     command = "query"
     query = subparsers.add_parser(
@@ -171,8 +187,6 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
              help='metadata filters as JSON, e.g. \'{"topic": "aero", "year": {"gte": 1960}}\'')
     add_flag(query, command, "--depth", type=int, default=None,
              help=f"candidates per side; default max({DEFAULT_DEPTH}, k, rerank-top-n)")
-    add_flag(query, command, "--rrf-k", type=int, default=DEFAULT_RRF_K,
-             help="reciprocal rank fusion offset")
     add_flag(query, command, "--rerank", action=argparse.BooleanOptionalAction, default=None,
              help="rerank the top fused candidates; default: on when --reranker is given")
     add_flag(query, command, "--rerank-top-n", type=int, default=None,
@@ -193,6 +207,7 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
              help="segments kept per hit with --compress")
     add_flag(query, command, "--segment-tokens", type=int, default=DEFAULT_SEGMENT_TOKENS,
              help="tokens per segment with --compress (words in keyword mode without a model)")
+    add_fusion_options(query, command)
     add_reranker_options(query)
     add_engine_options(query)
     query.set_defaults(handler=run_query)
@@ -226,6 +241,12 @@ def _register_eval(subparsers: argparse._SubParsersAction) -> None:
                   "abstract in one chunk")
     add_flag(evaluate, command, "--out", default=None,
              help="directory for eval.json and eval.md; default INDEX/eval")
+    add_flag(evaluate, command, "--fusions", default=",".join(FUSIONS),
+             help=f"comma-separated fusions; hybrid modes get one row per fusion (and per convex "
+                  f"weight): {', '.join(FUSIONS)}")
+    add_flag(evaluate, command, "--rrf-k", type=int, default=DEFAULT_RRF_K, help="rrf rank offset")
+    add_flag(evaluate, command, "--fusion-weights", default=str(DEFAULT_FUSION_WEIGHT),
+             help="comma-separated convex weights of the vector side, each 0 to 1, e.g. 0.3,0.5,0.7")
     add_reranker_options(evaluate)
     add_engine_options(evaluate)
     evaluate.set_defaults(handler=run_eval)
@@ -285,19 +306,28 @@ def run_query(args: argparse.Namespace) -> int:
     from onnxrank.retrieval import HybridRetriever
 
     filters = _parse_filter(args.filter)
+    fusion = fusion_config(args)
+    started = time.perf_counter()
     retriever = HybridRetriever.open(
         args.index, embedder=args.embedder, models_dir=args.models_dir, **_embedder_overrides(args)
     )
+    open_ms = (time.perf_counter() - started) * 1000
     try:
         rerank = _wants_rerank(args)
         backend = make_backend(args) if rerank else None
+        # Models load here, not inside the first search's stage times.
+        load = retriever.preload(mode=args.mode, reranker=backend)
+        if args.embedder is not None:  # open() loaded the named embedder
+            load = dataclasses.replace(load, embedder_ms=load.embedder_ms + open_ms)
         result = retriever.search_detailed(
             args.text,
             args.k,
             mode=args.mode,
             filters=filters,
             depth=args.depth,
-            rrf_k=args.rrf_k,
+            fusion=fusion.fusion,
+            rrf_k=fusion.rrf_k,
+            fusion_weight=fusion.fusion_weight,
             rerank=rerank,
             reranker=backend,
             rerank_top_n=args.rerank_top_n,
@@ -308,18 +338,22 @@ def run_query(args: argparse.Namespace) -> int:
     if args.compress:
         result = _compress(args, result, backend)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        payload = result.to_dict()
+        payload["load_ms"] = load.to_dict()
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
     for note in result.notes:
         print(note)
     print(_hits_table(result))
     timings = result.timings
     print(
-        f"({len(result.hits)} hits; lexical {timings.lexical_ms:.1f} ms, dense "
-        f"{timings.dense_ms:.1f} ms, fusion {timings.fusion_ms:.1f} ms, rerank "
-        f"{timings.rerank_ms:.1f} ms)"
+        f"({len(result.hits)} hits, {result.fusion.label if args.mode == 'hybrid' else args.mode}; "
+        f"lexical {timings.lexical_ms:.1f} ms, dense {timings.dense_ms:.1f} ms, fusion "
+        f"{timings.fusion_ms:.1f} ms, rerank {timings.rerank_ms:.1f} ms)"
     )
+    print(f"({load.summary()})")
     return 0
+
 
 
 def _compress(args: argparse.Namespace, result: Any, backend: Any) -> Any:
@@ -349,7 +383,7 @@ def _compress(args: argparse.Namespace, result: Any, backend: Any) -> Any:
 
 def _hits_table(result: Any) -> str:
     rerank = result.reranker is not None
-    header = f"{'#':>3} {'lex':>4} {'dense':>5} {'rrf':>7}"
+    header = f"{'#':>3} {'lex':>4} {'dense':>5} {'fused':>7}"
     if rerank:
         header += f" {'rerank':>7}"
     header += "  source / text"
@@ -357,7 +391,7 @@ def _hits_table(result: Any) -> str:
     for position, hit in enumerate(result.hits):
         line = (
             f"{hit.final_rank:>3} {hit.lexical_rank or '-':>4} {hit.dense_rank or '-':>5} "
-            f"{hit.rrf_score:>7.4f}"
+            f"{hit.fused_score:>7.4f}"
         )
         if rerank:
             line += f" {hit.rerank_score:>7.3f}" if hit.rerank_score is not None else f" {'-':>7}"
@@ -378,6 +412,30 @@ def _hits_table(result: Any) -> str:
     return "\n".join(lines)
 
 
+def _eval_fusions(args: argparse.Namespace) -> list[FusionConfig]:
+    """One FusionConfig per --fusions entry, and per --fusion-weights entry for convex."""
+    names = [name.strip() for name in args.fusions.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FUSIONS]
+    if unknown or not names:
+        raise ValueError(f"--fusions has unknown fusions {unknown}; allowed: {', '.join(FUSIONS)}")
+    try:
+        weights = [float(weight) for weight in args.fusion_weights.split(",") if weight.strip()]
+    except ValueError as err:
+        raise ValueError(
+            f"--fusion-weights must be comma-separated numbers from 0 to 1, got {args.fusion_weights!r}"
+        ) from err
+    if "convex" in names and not weights:
+        raise ValueError("--fusion-weights needs at least one weight for the convex fusion, got none")
+    configs = []
+    for name in dict.fromkeys(names):
+        if name == "convex":
+            configs += [FusionConfig(fusion=name, rrf_k=args.rrf_k, fusion_weight=weight)
+                        for weight in dict.fromkeys(weights)]
+        else:
+            configs.append(FusionConfig(fusion=name, rrf_k=args.rrf_k))
+    return configs
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Handler of `onnxrank eval`."""
     from onnxrank.engine.runtime import resolve_model_dir
@@ -388,6 +446,7 @@ def run_eval(args: argparse.Namespace) -> int:
     unknown = [mode for mode in modes if mode not in EVAL_MODES]
     if unknown or not modes:
         raise ValueError(f"--modes has unknown modes {unknown}; allowed: {', '.join(EVAL_MODES)}")
+    fusions = _eval_fusions(args)
     dataset = load_dataset(args.dataset)
     index_dir = Path(args.index)
     if not (index_dir / "index.sqlite").exists():
@@ -416,6 +475,7 @@ def run_eval(args: argparse.Namespace) -> int:
             reranker=backend,
             rerank_top_n=args.rerank_top_n,
             max_queries=args.max_queries,
+            fusions=fusions,
         )
     finally:
         retriever.close()
@@ -428,6 +488,7 @@ def run_eval(args: argparse.Namespace) -> int:
         + (f", reranker {result.reranker} (top {result.rerank_top_n})" if result.reranker else "")
     )
     print(result.to_table())
+    print(f"({LoadTimings(**result.load_ms).summary()})")
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
 

@@ -21,7 +21,9 @@ import numpy as np
 from onnxrank._optional import require
 from onnxrank.rerankers.local import LocalReranker
 from onnxrank.rerankers.registry import as_backend
+from onnxrank.retrieval.fusion import FusionConfig
 from onnxrank.retrieval.hybrid import HybridRetriever, backend_model, default_rerank_top_n
+from onnxrank.retrieval.results import LoadTimings
 
 if TYPE_CHECKING:
     from onnxrank.engine.reranker import Reranker
@@ -68,6 +70,9 @@ class Diagnosis:
     scores: list[float]  # every scored candidate's rerank score
     lengths: list[int]  # its length in words (title + text)
     notes: list[str] = field(default_factory=list)
+    # One-off model loads before the first query (LoadTimings fields); never in stage_ms.
+    load_ms: dict[str, float] = field(default_factory=dict)
+    fusion: dict[str, Any] = field(default_factory=lambda: FusionConfig().to_dict())
 
     @property
     def warning(self) -> str | None:
@@ -141,14 +146,19 @@ def diagnose(
     reranker: RerankBackend | Reranker | str,
     *,
     rerank_top_n: int | None = None,
+    fusion: FusionConfig | None = None,
 ) -> Diagnosis:
     """Run each (query id, text) fused and reranked; collect the top 10s, scores and lengths.
+
+    Models are loaded before the first query (timed apart: `Diagnosis.load_ms`), so the stage
+    times hold no loading.
 
     Args:
         retriever: An open retriever.
         queries: (id, text) pairs.
         reranker: A backend, a Reranker or a backend name.
         rerank_top_n: Fused candidates reranked per query; default search's own for k=10.
+        fusion: How the hybrid searches fuse; None uses the defaults.
 
     Returns:
         The diagnosis (write it with `write_report`).
@@ -159,12 +169,15 @@ def diagnose(
     if not queries:
         raise ValueError("diagnose needs at least one query, got none")
     backend = as_backend(reranker)
+    fusion = fusion or FusionConfig()
     top_n = rerank_top_n if rerank_top_n is not None else default_rerank_top_n(TOP)
+    load = retriever.preload(mode="hybrid", reranker=backend)
     diagnoses, scores, lengths = [], [], []
     for query_id, text in queries:
-        fused = retriever.search_detailed(text, TOP, mode="hybrid")
+        fused = retriever.search_detailed(text, TOP, mode="hybrid", **fusion.to_dict())
         reranked = retriever.search_detailed(
-            text, top_n, mode="hybrid", rerank=True, reranker=backend, rerank_top_n=top_n
+            text, top_n, mode="hybrid", rerank=True, reranker=backend, rerank_top_n=top_n,
+            **fusion.to_dict(),
         )
         scored = [hit for hit in reranked.hits if hit.reranked and hit.rerank_score is not None]
         for hit in scored:
@@ -204,6 +217,8 @@ def diagnose(
         scores=scores,
         lengths=lengths,
         notes=notes,
+        load_ms=asdict(load),
+        fusion=fusion.to_dict(),
     )
 
 
@@ -237,7 +252,7 @@ def to_markdown(diagnosis: Diagnosis) -> str:
     lines += [
         f"Index `{diagnosis.index}`, {summary['queries']} queries "
         f"({summary['queries_reranked']} reranked), top {diagnosis.rerank_top_n} fused candidates "
-        "reranked per query.",
+        f"({FusionConfig(**diagnosis.fusion).label}) reranked per query.",
         "",
         "| measure | value |",
         "| --- | --- |",
@@ -256,6 +271,7 @@ def to_markdown(diagnosis: Diagnosis) -> str:
     ]
     for name, stats in summary["stage_ms"].items():
         lines.append(f"| {name} | {stats['mean']:.1f} | {stats['p50']:.1f} | {stats['p95']:.1f} |")
+    lines += ["", f"Before the first query: {LoadTimings(**diagnosis.load_ms).summary()}."]
     lines += [
         "",
         "![rerank scores](rerank_scores.png) ![score vs length](score_vs_length.png)",

@@ -24,7 +24,9 @@ import numpy as np
 from onnxrank.rerankers.base import RerankBackend
 from onnxrank.rerankers.local import LocalReranker
 from onnxrank.rerankers.registry import as_backend
+from onnxrank.retrieval.fusion import DEFAULT_FUSION, FUSIONS, FusionConfig
 from onnxrank.retrieval.hybrid import DEFAULT_K, HybridRetriever, backend_model
+from onnxrank.retrieval.results import LoadTimings
 
 if TYPE_CHECKING:
     from onnxrank.engine.reranker import Reranker
@@ -32,6 +34,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVAL_MODES = ("vector", "lexical", "hybrid", "hybrid+rerank")
+FUSED_MODES = ("hybrid", "hybrid+rerank")
+# Every fusion at its default settings, the default first: eval shows them side by side.
+DEFAULT_EVAL_FUSIONS = tuple(
+    FusionConfig(fusion=name) for name in sorted(FUSIONS, key=lambda name: name != DEFAULT_FUSION)
+)
 RECALL_DEPTH = 100
 STAGES = ("lexical", "dense", "fusion", "rerank", "total")
 NOT_RELEVANCE_NOTE = "not a relevance model"
@@ -175,12 +182,18 @@ def load_dataset(directory: str | Path) -> Dataset:
 
 @dataclass(frozen=True, slots=True)
 class ModeResult:
-    """Metrics and per-stage latency of one mode."""
+    """Metrics and per-stage latency of one mode (and, for hybrid modes, one fusion)."""
 
     mode: str
     metrics: dict[str, float]
     latency_ms: dict[str, dict[str, float]]  # stage -> {"p50", "p95"}
     note: str = ""
+    fusion: dict[str, Any] | None = None  # FusionConfig fields; None for vector and lexical
+
+    @property
+    def fusion_label(self) -> str:
+        """``rrf k=60``, ``convex w=0.5``, or "" for a mode without fusion."""
+        return "" if self.fusion is None else FusionConfig(**self.fusion).label
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +209,8 @@ class EvalReport:
     rerank_top_n: int
     results: list[ModeResult] = field(default_factory=list)
     reranker_backend: str | None = None
+    # One-off model loads before the first query (LoadTimings fields); never in latency_ms.
+    load_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -213,39 +228,42 @@ class EvalReport:
             )
             + ".",
             "",
-            f"| mode | nDCG@{k} | MRR@{k} | R@{k} | R@{RECALL_DEPTH} | MAP@{RECALL_DEPTH} | "
+            f"| mode | fusion | nDCG@{k} | MRR@{k} | R@{k} | R@{RECALL_DEPTH} | MAP@{RECALL_DEPTH} | "
             "p50 ms | p95 ms | note |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for result in self.results:
             metrics = result.metrics
             total = result.latency_ms["total"]
             lines.append(
-                f"| {result.mode} | {metrics[f'ndcg@{k}']:.3f} | {metrics[f'mrr@{k}']:.3f} | "
+                f"| {result.mode} | {result.fusion_label} | {metrics[f'ndcg@{k}']:.3f} | "
+                f"{metrics[f'mrr@{k}']:.3f} | "
                 f"{metrics[f'recall@{k}']:.3f} | {metrics[f'recall@{RECALL_DEPTH}']:.3f} | "
                 f"{metrics[f'map@{RECALL_DEPTH}']:.3f} | {total['p50']:.1f} | "
                 f"{total['p95']:.1f} | {result.note} |"
             )
         lines += [
             "",
-            "Latency per stage, p50 / p95 ms:",
+            "Latency per stage, p50 / p95 ms (model loading excluded):",
             "",
-            "| mode | " + " | ".join(STAGES) + " |",
-            "| --- |" + " --- |" * len(STAGES),
+            "| mode | fusion | " + " | ".join(STAGES) + " |",
+            "| --- | --- |" + " --- |" * len(STAGES),
         ]
         for result in self.results:
             cells = [
                 f"{result.latency_ms[stage]['p50']:.1f} / {result.latency_ms[stage]['p95']:.1f}"
                 for stage in STAGES
             ]
-            lines.append(f"| {result.mode} | " + " | ".join(cells) + " |")
+            lines.append(f"| {result.mode} | {result.fusion_label} | " + " | ".join(cells) + " |")
+        if self.load_ms:
+            lines += ["", f"Before the first query: {LoadTimings(**self.load_ms).summary()}."]
         return "\n".join(lines) + "\n"
 
     def to_table(self) -> str:
         """A plain-text table for the terminal."""
         k = self.k
         header = (
-            f"{'mode':<14} {'nDCG@' + str(k):>8} {'MRR@' + str(k):>8} {'R@' + str(k):>7} "
+            f"{'mode':<14} {'fusion':<13} {'nDCG@' + str(k):>8} {'MRR@' + str(k):>8} {'R@' + str(k):>7} "
             f"{'R@' + str(RECALL_DEPTH):>7} {'MAP@' + str(RECALL_DEPTH):>7} "
             f"{'p50 ms':>8} {'p95 ms':>8}  note"
         )
@@ -254,7 +272,8 @@ class EvalReport:
             metrics = result.metrics
             total = result.latency_ms["total"]
             rows.append(
-                f"{result.mode:<14} {metrics[f'ndcg@{k}']:>8.3f} {metrics[f'mrr@{k}']:>8.3f} "
+                f"{result.mode:<14} {result.fusion_label:<13} {metrics[f'ndcg@{k}']:>8.3f} "
+                f"{metrics[f'mrr@{k}']:>8.3f} "
                 f"{metrics[f'recall@{k}']:>7.3f} {metrics[f'recall@{RECALL_DEPTH}']:>7.3f} "
                 f"{metrics[f'map@{RECALL_DEPTH}']:>7.3f} {total['p50']:>8.1f} "
                 f"{total['p95']:>8.1f}  {result.note}"
@@ -271,12 +290,15 @@ def evaluate(
     reranker: RerankBackend | Reranker | str | None = None,
     rerank_top_n: int = DEFAULT_EVAL_RERANK_TOP_N,
     max_queries: int | None = None,
+    fusions: Sequence[FusionConfig] = DEFAULT_EVAL_FUSIONS,
 ) -> EvalReport:
     """Run every judged query of `dataset` through each mode and score the document rankings.
 
     Hits are chunks; a document ranks where its best chunk ranks. Each mode retrieves
     RECALL_DEPTH chunks per query; "hybrid+rerank" reranks the top `rerank_top_n` fused ones.
-    Each mode first runs one untimed warm-up query.
+    The hybrid modes run once per fusion in `fusions`, one result row each. Models are loaded
+    (and timed, `EvalReport.load_ms`) before the first query, and each row first runs one
+    untimed warm-up query, so the latencies hold neither loading nor first-run costs.
 
     Args:
         retriever: An open retriever over the dataset's corpus (source ids = corpus ids).
@@ -288,24 +310,36 @@ def evaluate(
             equal hybrid's) and the mode's note says so.
         rerank_top_n: Fused candidates reranked per query, e.g. 50.
         max_queries: Evaluate only the first N judged queries (file order).
+        fusions: Fusions the hybrid modes are evaluated with, e.g. rrf k=60 and convex w=0.5.
 
     Returns:
         The report.
 
     Raises:
-        ValueError: Unknown mode, or hybrid+rerank without a reranker.
+        ValueError: Unknown mode, hybrid+rerank without a reranker, or no fusion for a hybrid mode.
     """
     unknown = [mode for mode in modes if mode not in EVAL_MODES]
     if unknown:
         raise ValueError(f"unknown eval modes {unknown}; allowed: {', '.join(EVAL_MODES)}")
     if "hybrid+rerank" in modes and reranker is None:
         raise ValueError("mode 'hybrid+rerank' needs a reranker (--reranker NAME)")
+    if not fusions and any(mode in FUSED_MODES for mode in modes):
+        raise ValueError("the hybrid modes need at least one fusion, got none")
     backend = None if reranker is None else as_backend(reranker)
     judged = [query_id for query_id in dataset.queries if dataset.qrels.get(query_id)]
     if max_queries is not None:
         judged = judged[:max_queries]
+    load = retriever.preload(
+        mode="lexical" if set(modes) <= {"lexical"} else "hybrid",
+        reranker=backend if "hybrid+rerank" in modes else None,
+    )
+    runs = [
+        (mode, fusion)
+        for mode in modes
+        for fusion in (fusions if mode in FUSED_MODES else [None])
+    ]
     results = []
-    for mode in modes:
+    for mode, fusion in runs:
         rankings: dict[str, list[str]] = {}
         timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
         rerank = mode == "hybrid+rerank"
@@ -315,9 +349,11 @@ def evaluate(
             "reranker": backend,
             "rerank_top_n": rerank_top_n,
         }
+        if fusion is not None:
+            options.update(fusion.to_dict())
         if judged:
-            # One untimed query first: loading the embedder and the HNSW file and the first
-            # onnxruntime run are one-off costs, not per-query latency.
+            # One untimed query first: the first onnxruntime run is a one-off cost, not
+            # per-query latency.
             retriever.search_detailed(dataset.queries[judged[0]], RECALL_DEPTH, **options)
         unranked = 0
         for query_id in judged:
@@ -341,8 +377,14 @@ def evaluate(
         if unranked:
             notes.append(f"not reranked on {unranked} of {len(judged)} queries (see the log)")
         note = "; ".join(notes)
-        results.append(ModeResult(mode, evaluate_rankings(rankings, dataset.qrels, k=k), latency, note))
-        logger.info("eval %s %s: %s", dataset.name, mode, results[-1].metrics)
+        results.append(ModeResult(
+            mode,
+            evaluate_rankings(rankings, dataset.qrels, k=k),
+            latency,
+            note,
+            None if fusion is None else fusion.to_dict(),
+        ))
+        logger.info("eval %s %s %s: %s", dataset.name, mode, results[-1].fusion_label, results[-1].metrics)
     return EvalReport(
         dataset=dataset.name,
         index=str(retriever.store.index_dir),
@@ -353,4 +395,5 @@ def evaluate(
         rerank_top_n=rerank_top_n,
         results=results,
         reranker_backend=None if backend is None else backend.name,
+        load_ms=asdict(load),
     )

@@ -1,4 +1,4 @@
-"""HybridRetriever: lexical and dense candidates, fused by reciprocal rank, optionally reranked."""
+"""HybridRetriever: lexical and dense candidates, fused (reciprocal rank or convex), optionally reranked."""
 
 from __future__ import annotations
 
@@ -11,17 +11,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, resolve_model_dir
-from onnxrank.errors import RetrievalError
+from onnxrank.errors import MissingDependencyError, ModelLoadError, RetrievalError
 from onnxrank.rerankers.base import RerankBackend
 from onnxrank.rerankers.local import LocalReranker
 from onnxrank.rerankers.registry import as_backend
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
 from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.filters import Filters, compile_filters
-from onnxrank.retrieval.fusion import DEFAULT_RRF_K, fuse
+from onnxrank.retrieval.fusion import (
+    DEFAULT_FUSION,
+    DEFAULT_FUSION_WEIGHT,
+    DEFAULT_RRF_K,
+    FusedCandidate,
+    FusionConfig,
+    fuse,
+)
 from onnxrank.retrieval.lexical import LexicalSettings, search_lexical
 from onnxrank.retrieval.manifest import IndexManifest
-from onnxrank.retrieval.results import MODES, Hit, SearchResult, StageTimings
+from onnxrank.retrieval.results import MODES, Hit, LoadTimings, SearchResult, StageTimings
 from onnxrank.retrieval.store import ChunkStore, StoredChunk
 from onnxrank.types import Device
 
@@ -211,6 +218,44 @@ class HybridRetriever:
                     self._dense = DenseIndex.open(self.store, self.manifest.embedder.dim, self.hnsw_settings)
         return self._dense
 
+    def preload(self, *, mode: str = "hybrid", reranker: RerankBackend | None = None) -> LoadTimings:
+        """Load now what the first search in `mode` would load inside its timed stages.
+
+        The embedder and the HNSW file load for vector and hybrid modes; a local rerank backend
+        loads its model. What is already loaded costs nothing, so calling this before timing
+        searches keeps every stage time free of model loading.
+
+        Args:
+            mode: "vector", "lexical" or "hybrid".
+            reranker: The backend the searches will use; only a local one has a model to load.
+
+        Returns:
+            Milliseconds per part loaded. A local model that fails to load counts its attempt
+            and is left for the search to report (fallback or raise, per its on_error).
+
+        Raises:
+            ValueError: Unknown mode.
+            IndexMismatchError: The embedder is not the one that built the index.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        embedder_ms = dense_index_ms = reranker_ms = 0.0
+        if mode in ("vector", "hybrid"):
+            started = time.perf_counter()
+            _ = self.embedder
+            embedder_ms = (time.perf_counter() - started) * 1000
+            started = time.perf_counter()
+            _ = self.dense
+            dense_index_ms = (time.perf_counter() - started) * 1000
+        if isinstance(reranker, LocalReranker):
+            started = time.perf_counter()
+            try:
+                reranker.load()
+            except (ModelLoadError, MissingDependencyError):
+                logger.debug("local reranker did not load; the search reports it")
+            reranker_ms = (time.perf_counter() - started) * 1000
+        return LoadTimings(embedder_ms, dense_index_ms, reranker_ms)
+
     def search(
         self,
         query: str,
@@ -219,7 +264,9 @@ class HybridRetriever:
         mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
         filters: Filters | None = None,
         depth: int | None = None,
+        fusion: str = DEFAULT_FUSION,
         rrf_k: int = DEFAULT_RRF_K,
+        fusion_weight: float = DEFAULT_FUSION_WEIGHT,
         rerank: bool = False,
         reranker: RerankBackend | Reranker | str | None = None,
         rerank_top_n: int | None = None,
@@ -232,7 +279,9 @@ class HybridRetriever:
             mode=mode,
             filters=filters,
             depth=depth,
+            fusion=fusion,
             rrf_k=rrf_k,
+            fusion_weight=fusion_weight,
             rerank=rerank,
             reranker=reranker,
             rerank_top_n=rerank_top_n,
@@ -247,7 +296,9 @@ class HybridRetriever:
         mode: Literal["vector", "lexical", "hybrid"] = "hybrid",
         filters: Filters | None = None,
         depth: int | None = None,
+        fusion: str = DEFAULT_FUSION,
         rrf_k: int = DEFAULT_RRF_K,
+        fusion_weight: float = DEFAULT_FUSION_WEIGHT,
         rerank: bool = False,
         reranker: RerankBackend | Reranker | str | None = None,
         rerank_top_n: int | None = None,
@@ -257,7 +308,9 @@ class HybridRetriever:
 
         1. ``lexical``: FTS5 BM25 over title and text (query words OR-ed).
         2. ``vector``: cosine similarity of the query embedding (HNSW).
-        3. ``hybrid``: both lists, `depth` deep each, fused by reciprocal rank.
+        3. ``hybrid``: both lists, `depth` deep each, fused by `fusion` (see retrieval.fusion):
+           ``"rrf"`` (reciprocal rank, the default) or ``"convex"`` (z-scores of bm25 and cosine,
+           weighed by `fusion_weight`).
         Filters restrict both sides inside their searches, before any truncation. With
         ``rerank=True`` the top `rerank_top_n` fused candidates are reranked by `reranker`.
         Safe to call from many threads at once.
@@ -268,7 +321,9 @@ class HybridRetriever:
             mode: "vector", "lexical" or "hybrid".
             filters: Metadata filters (equality, membership, ranges); see retrieval.filters.
             depth: Candidates per side; default max(100, k, rerank_top_n).
-            rrf_k: Reciprocal rank fusion offset (60: the value of Cormack et al.).
+            fusion: "rrf" or "convex".
+            rrf_k: Reciprocal rank fusion offset (60: the value of Cormack et al.); rrf only.
+            fusion_weight: Weight of the vector side, 0 to 1; convex only.
             rerank: Rerank the fused candidates with `reranker`.
             reranker: A backend from onnxrank.rerankers (local, cohere, llm, none), an engine
                 Reranker (wrapped in LocalReranker), or a backend name. A backend that cannot
@@ -283,7 +338,8 @@ class HybridRetriever:
             Hits best first with their stage ranks, the stage timings, and notes.
 
         Raises:
-            ValueError: Empty query, k < 1, unknown mode, bad filters, or rerank without reranker.
+            ValueError: Empty query, k < 1, unknown mode, bad filters, bad fusion settings, or
+                rerank without reranker.
             TypeError: `reranker` is none of the accepted kinds.
             IndexMismatchError: The embedder is not the one that built the index.
         """
@@ -293,6 +349,7 @@ class HybridRetriever:
             raise ValueError(f"k must be >= 1, got {k}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        fusion_config = FusionConfig(fusion=fusion, rrf_k=rrf_k, fusion_weight=fusion_weight)
         if rerank and reranker is None:
             raise ValueError(
                 "rerank=True needs a reranker: a backend (onnxrank.rerankers.make_reranker), a "
@@ -303,8 +360,8 @@ class HybridRetriever:
         if top_n < 1:
             raise ValueError(f"rerank_top_n must be >= 1, got {top_n}")
         per_side = depth if depth is not None else max(DEFAULT_DEPTH, k, top_n if rerank else 0)
-        lexical: list[tuple[int, float]] = []
-        dense: list[tuple[int, float]] = []
+        lexical: list[tuple[int, float]] | None = None
+        dense: list[tuple[int, float]] | None = None
         lexical_ms = dense_ms = 0.0
         if mode in ("lexical", "hybrid"):
             started = time.perf_counter()
@@ -317,9 +374,9 @@ class HybridRetriever:
             dense = self._search_dense(query, per_side, filters)
             dense_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        fused = fuse([[label for label, _ in side] for side in (lexical, dense) if side], rrf_k=rrf_k)
-        lexical_at = {label: (rank, score) for rank, (label, score) in enumerate(lexical, 1)}
-        dense_at = {label: (rank, score) for rank, (label, score) in enumerate(dense, 1)}
+        fused = fuse(lexical, dense, fusion_config)
+        lexical_at = {label: (rank, score) for rank, (label, score) in enumerate(lexical or [], 1)}
+        dense_at = {label: (rank, score) for rank, (label, score) in enumerate(dense or [], 1)}
         fusion_ms = (time.perf_counter() - started) * 1000
         rerank_ms = 0.0
         reranked_order: list[tuple[int, float | None, bool]]
@@ -332,8 +389,8 @@ class HybridRetriever:
             rerank_ms = (time.perf_counter() - started) * 1000
             notes = rerank_notes(backend, candidates, scored, rerank_deadline_ms)
         else:
-            reranked_order = [(label, None, False) for label, _ in fused[:k]]
-        rrf = dict(fused)
+            reranked_order = [(candidate.label, None, False) for candidate in fused[:k]]
+        fused_at = {candidate.label: candidate for candidate in fused}
         chunks = self.store.chunks([label for label, _, _ in reranked_order])
         hits = []
         for final_rank, (label, rerank_score, was_reranked) in enumerate(reranked_order, 1):
@@ -343,7 +400,7 @@ class HybridRetriever:
                     final_rank,
                     lexical_at.get(label),
                     dense_at.get(label),
-                    rrf[label],
+                    fused_at[label],
                     rerank_score,
                     was_reranked,
                     backend.name if backend is not None and was_reranked else None,
@@ -356,6 +413,7 @@ class HybridRetriever:
             k=k,
             mode=mode,
             filters=None if filters is None else dict(filters),
+            fusion=fusion_config,
             reranker=None if backend is None else backend.name,
             reranker_model=None if backend is None else backend_model(backend),
             notes=tuple(notes),
@@ -372,14 +430,14 @@ class HybridRetriever:
     def _rerank(
         self,
         query: str,
-        fused: list[tuple[int, float]],
+        fused: list[FusedCandidate],
         top_n: int,
         k: int,
         backend: RerankBackend,
         deadline_ms: float | None,
     ) -> tuple[list[tuple[int, float | None, bool]], int, int]:
         """(label, score, reranked) best first, k of them; and how many candidates were scored."""
-        candidates = [label for label, _ in fused[:top_n]]
+        candidates = [candidate.label for candidate in fused[:top_n]]
         passages = [chunk.passage for chunk in self._ordered_chunks(candidates)]
         ranked = backend.rerank(query, passages, deadline_ms=deadline_ms) if passages else []
         order = [
@@ -391,7 +449,7 @@ class HybridRetriever:
             for document in ranked
         ]
         scored = sum(1 for _, _, was_reranked in order if was_reranked)
-        order.extend((label, None, False) for label, _ in fused[top_n:])
+        order.extend((candidate.label, None, False) for candidate in fused[top_n:])
         return order[:k], len(candidates), scored
 
     def _ordered_chunks(self, labels: Sequence[int]) -> list[StoredChunk]:
@@ -404,7 +462,7 @@ class HybridRetriever:
         final_rank: int,
         lexical: tuple[int, float] | None,
         dense: tuple[int, float] | None,
-        rrf_score: float,
+        fused: FusedCandidate,
         rerank_score: float | None,
         reranked: bool,
         reranker: str | None,
@@ -424,7 +482,9 @@ class HybridRetriever:
             dense_rank=None if dense is None else dense[0],
             lexical_score=None if lexical is None else lexical[1],
             dense_score=None if dense is None else dense[1],
-            rrf_score=rrf_score,
+            fused_score=fused.score,
+            lexical_normalized=fused.lexical_normalized,
+            dense_normalized=fused.dense_normalized,
             rerank_score=rerank_score,
             reranked=reranked,
             reranker=reranker,

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from onnxrank.retrieval.fusion import FusionConfig
+
 if TYPE_CHECKING:
     from onnxrank.retrieval.compression import CompressedDocument
 
@@ -30,7 +32,12 @@ class Hit:
     dense_rank: int | None
     lexical_score: float | None  # -bm25, higher is better
     dense_score: float | None  # cosine similarity
-    rrf_score: float
+    # The score the fused order sorts by (SearchResult.fusion says which fusion), and each side's
+    # term in it before weighting: 1 / (rrf_k + rank) for rrf, the per-query z-score for convex
+    # (see FusedCandidate for candidates a side did not return); None when that side did not run.
+    fused_score: float
+    lexical_normalized: float | None
+    dense_normalized: float | None
     rerank_score: float | None  # None when not reranked
     reranked: bool
     # The backend that produced rerank_score ("local", "cohere", "llm", ...); None when not
@@ -49,6 +56,35 @@ class StageTimings:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadTimings:
+    """Wall time of the one-off loads before the first search, in milliseconds (0.0: nothing was
+    loaded, or it was loaded before). Kept apart from StageTimings: a stage time never includes a
+    model load."""
+
+    embedder_ms: float = 0.0  # the query embedder's model (session build, OpenVINO compile)
+    dense_index_ms: float = 0.0  # the HNSW file (rebuilt from the database when stale)
+    reranker_ms: float = 0.0  # the local rerank model
+
+    @property
+    def total_ms(self) -> float:
+        """All loads together."""
+        return self.embedder_ms + self.dense_index_ms + self.reranker_ms
+
+    def summary(self) -> str:
+        """One line for reports and the console, e.g. ``model load 950.2 ms, not in the stage
+        times (embedder 301.0 ms, dense index 2.1 ms, reranker 647.1 ms)``."""
+        return (
+            f"model load {self.total_ms:.1f} ms, not in the stage times (embedder "
+            f"{self.embedder_ms:.1f} ms, dense index {self.dense_index_ms:.1f} ms, reranker "
+            f"{self.reranker_ms:.1f} ms)"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """The fields and ``total_ms``, for JSON payloads."""
+        return {**asdict(self), "total_ms": self.total_ms}
+
+
+@dataclass(frozen=True, slots=True)
 class SearchResult:
     """Hits, the per-stage timings, and what was asked (for the JSON payload).
 
@@ -56,6 +92,7 @@ class SearchResult:
         hits: Best first.
         timings: Wall time per stage.
         query, k, mode, filters: The search's arguments.
+        fusion: How the two lists were fused (method, rrf_k, fusion_weight).
         reranker: Name of the rerank backend asked for ("local", "cohere"...), None without.
         reranker_model: The model that backend ran, when it says.
         notes: Facts a reader of the hits must know (a stand-in model's scores are not relevance
@@ -69,6 +106,7 @@ class SearchResult:
     k: int = 0
     mode: str = "hybrid"
     filters: dict[str, Any] | None = None
+    fusion: FusionConfig = field(default_factory=FusionConfig)
     reranker: str | None = None
     reranker_model: str | None = None
     notes: tuple[str, ...] = ()
@@ -77,8 +115,9 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON payload of `onnxrank query --json` (NaN scores become null).
 
-        Keys: query, k, mode, filters, rerank, reranker, reranker_model, notes, timings_ms,
-        results (one object per hit with every Hit field, plus ``segments`` when compressed).
+        Keys: query, k, mode, filters, fusion ({fusion, rrf_k, fusion_weight}), rerank, reranker,
+        reranker_model, notes, timings_ms, results (one object per hit with every Hit field, plus
+        ``segments`` when compressed).
         """
         results = []
         for position, hit in enumerate(self.hits):
@@ -91,6 +130,7 @@ class SearchResult:
             "k": self.k,
             "mode": self.mode,
             "filters": self.filters,
+            "fusion": self.fusion.to_dict(),
             "rerank": self.reranker is not None,
             "reranker": self.reranker,
             "reranker_model": self.reranker_model,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir
 
-from onnxrank.retrieval import Embedder, build_index
+import onnxrank.retrieval.hybrid as hybrid_module
+from onnxrank.engine.reranker import Reranker
+from onnxrank.retrieval import Embedder, HybridRetriever, build_index
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +43,25 @@ def index_dir(tmp_path: Path, corpus_file: Path, bow_embedder: Embedder) -> Path
     directory = tmp_path / "index"
     build_index(corpus_file, directory, bow_embedder)
     return directory
+
+
+@pytest.fixture()
+def load_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records, in order, every model load and every timed search stage (the real functions run)."""
+    events: list[str] = []
+
+    def spy(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            events.append(name)
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(Embedder, "from_dir", classmethod(spy("load embedder", Embedder.from_dir.__func__)))
+    monkeypatch.setattr(
+        Reranker, "from_pretrained", classmethod(spy("load reranker", Reranker.from_pretrained.__func__))
+    )
+    monkeypatch.setattr(hybrid_module, "search_lexical", spy("lexical stage", hybrid_module.search_lexical))
+    monkeypatch.setattr(HybridRetriever, "_search_dense", spy("dense stage", HybridRetriever._search_dense))
+    monkeypatch.setattr(HybridRetriever, "_rerank", spy("rerank stage", HybridRetriever._rerank))
+    return events
+

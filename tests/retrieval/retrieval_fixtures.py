@@ -235,3 +235,9 @@ def write_dataset(directory: Path) -> Path:
         "query_id\tdoc_id\trelevance\n1\theat\t2\n1\tablation\t1\n2\tsharing\t1\n"
     )
     return directory
+
+
+def loads_come_first(events: list[str]) -> bool:
+    """Every model load in `events` (see the load_events fixture) came before the first timed stage."""
+    first_stage = next((i for i, event in enumerate(events) if event.endswith("stage")), len(events))
+    return all(not event.startswith("load") for event in events[first_stage:])

@@ -4,15 +4,18 @@ that fails when the flag stops reaching the library."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
-from retrieval_fixtures import CORPUS, write_dataset, write_jsonl
+from retrieval_fixtures import CORPUS, loads_come_first, write_dataset, write_jsonl
 
 from onnxrank.cli import build_parser, main
+from onnxrank.cli.retrieval_cmd import fusion_config
 from onnxrank.retrieval.eval import DEFAULT_EVAL_RERANK_TOP_N, EVAL_CHUNK_WORDS
-from onnxrank.retrieval.fusion import DEFAULT_RRF_K
+from onnxrank.retrieval.fusion import FusionConfig
 from onnxrank.retrieval.indexer import DEFAULT_CHUNK_WORDS
 
 
@@ -146,7 +149,8 @@ def test_defaults_come_from_the_library() -> None:
     parser = build_parser()
     query = parser.parse_args(["query", "q", "--index", "i"])
     evaluate = parser.parse_args(["eval", "--dataset", "d", "--index", "i"])
-    assert query.rrf_k == DEFAULT_RRF_K
+    assert fusion_config(query) == FusionConfig()  # unset flags leave the library's defaults
+    assert evaluate.rrf_k == FusionConfig().rrf_k
     assert query.rerank_top_n is None  # the library's max(5 * k, 50)
     assert evaluate.rerank_top_n == DEFAULT_EVAL_RERANK_TOP_N
 
@@ -177,7 +181,71 @@ def test_query_rrf_k_sets_the_fusion_offset(
     payload = run_json([*query_argv(index_dir, models_dir), "--k", "6", "--rrf-k", "5"], capsys)
     for hit in payload["results"]:
         expected = sum(1 / (5 + rank) for rank in (hit["lexical_rank"], hit["dense_rank"]) if rank)
-        assert hit["rrf_score"] == pytest.approx(expected, abs=1e-12)
+        assert hit["fused_score"] == pytest.approx(expected, abs=1e-12)
+    assert payload["fusion"] == {"fusion": "rrf", "rrf_k": 5, "fusion_weight": FusionConfig().fusion_weight}
+
+
+def zscores_or_lowest(scores: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Per-query z-scores (population std) of one side, and the value a missing chunk gets."""
+    values = np.array(list(scores.values()))
+    normalized = (values - values.mean()) / values.std()
+    return dict(zip(scores, normalized)), float(normalized.min())
+
+
+def test_query_convex_fusion_flags_reach_the_library(
+    index_dir: Path, models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*query_argv(index_dir, models_dir), "--k", "6"]
+    lexical_hits = run_json([*argv, "--mode", "lexical"], capsys)["results"]
+    dense_hits = run_json([*argv, "--mode", "vector"], capsys)["results"]
+    lexical = {hit["chunk_id"]: hit["lexical_score"] for hit in lexical_hits}
+    dense = {hit["chunk_id"]: hit["dense_score"] for hit in dense_hits}
+    assert len(lexical) >= 3 and len(dense) == 6
+    lexical_z, lexical_missing = zscores_or_lowest(lexical)
+    dense_z, dense_missing = zscores_or_lowest(dense)
+    payload = run_json([*argv, "--fusion", "convex", "--fusion-weight", "0.3"], capsys)
+    assert payload["fusion"] == {"fusion": "convex", "rrf_k": FusionConfig().rrf_k, "fusion_weight": 0.3}
+    for hit in payload["results"]:
+        expected_lexical = lexical_z.get(hit["chunk_id"], lexical_missing)
+        expected_dense = dense_z.get(hit["chunk_id"], dense_missing)
+        assert hit["lexical_normalized"] == pytest.approx(expected_lexical, abs=1e-6)
+        assert hit["dense_normalized"] == pytest.approx(expected_dense, abs=1e-6)
+        assert hit["fused_score"] == pytest.approx(0.7 * expected_lexical + 0.3 * expected_dense, abs=1e-6)
+    scores = [hit["fused_score"] for hit in payload["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert main([*argv, "--fusion", "convex", "--fusion-weight", "2"]) == 2
+    assert "fusion_weight must be a number from 0 to 1, got 2.0" in capsys.readouterr().err
+
+
+def test_fusion_twins_are_scoped_by_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONNXRANK_QUERY_FUSION", "convex")
+    monkeypatch.setenv("ONNXRANK_QUERY_FUSION_WEIGHT", "0.25")
+    parser = build_parser()
+    query = parser.parse_args(["query", "q", "--index", "i"])
+    assert fusion_config(query) == FusionConfig(fusion="convex", fusion_weight=0.25)
+    diagnose = parser.parse_args(["diagnose", "--index", "i", "--queries", "q", "--out", "o"])
+    assert fusion_config(diagnose) == FusionConfig()
+    monkeypatch.setenv("ONNXRANK_QUERY_FUSION", "max")
+    with pytest.raises(ValueError, match=re.escape(
+        "environment variable ONNXRANK_QUERY_FUSION='max' must be one of rrf, convex"
+    )):
+        build_parser()
+
+
+def test_query_loads_models_before_the_timed_stages(
+    index_dir: Path, models_dir: Path, load_events: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    payload = run_json([*query_argv(index_dir, models_dir), "--rerank", "--k", "3"], capsys)
+    # the lazy loads inside the retriever and the backend are forced before the search starts
+    assert load_events == ["load embedder", "load reranker", "lexical stage", "dense stage", "rerank stage"]
+    assert set(payload["load_ms"]) == {"embedder_ms", "dense_index_ms", "reranker_ms", "total_ms"}
+    assert set(payload["timings_ms"]) == {"lexical_ms", "dense_ms", "fusion_ms", "rerank_ms"}
+    load_events.clear()
+    assert main([*query_argv(index_dir, models_dir), "--mode", "lexical"]) == 0
+    assert load_events == ["lexical stage"]  # nothing to load for a lexical search without reranking
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("(") and ", lexical; lexical " in lines[-2]
+    assert lines[-1].startswith("(model load ") and "not in the stage times (embedder 0.0 ms" in lines[-1]
 
 
 def test_query_rerank_top_n(index_dir: Path, models_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,7 +335,8 @@ def test_eval_builds_the_index_and_writes_reports(
     assert "not a relevance model" in printed
     report = json.loads((tmp_path / "report" / "eval.json").read_text())
     modes = [result["mode"] for result in report["results"]]
-    assert modes == ["vector", "lexical", "hybrid", "hybrid+rerank"]
+    # the hybrid modes once per fusion, side by side
+    assert modes == ["vector", "lexical", "hybrid", "hybrid", "hybrid+rerank", "hybrid+rerank"]
     assert report["reranker_backend"] == "local"
     assert "| hybrid+rerank |" in (tmp_path / "report" / "eval.md").read_text()
     assert manifest(tmp_path / "i")["chunk_words"] == EVAL_CHUNK_WORDS
@@ -275,7 +344,7 @@ def test_eval_builds_the_index_and_writes_reports(
 
 def test_eval_modes_and_k(tmp_path: Path, models_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = eval_argv(tmp_path, models_dir)
-    assert main([*argv, "--modes", "lexical,hybrid", "--k", "3"]) == 0
+    assert main([*argv, "--modes", "lexical,hybrid", "--k", "3", "--fusions", "rrf"]) == 0
     report = json.loads((tmp_path / "report" / "eval.json").read_text())
     assert [result["mode"] for result in report["results"]] == ["lexical", "hybrid"]
     assert report["k"] == 3 and "ndcg@3" in report["results"][0]["metrics"]
@@ -291,6 +360,40 @@ def test_eval_with_the_none_backend_equals_hybrid(tmp_path: Path, models_dir: Pa
     argv = eval_argv(tmp_path, models_dir)
     assert main([*argv, "--modes", "hybrid,hybrid+rerank", "--reranker", "none"]) == 0
     report = json.loads((tmp_path / "report" / "eval.json").read_text())
-    hybrid, reranked = (result["metrics"] for result in report["results"])
-    assert hybrid == reranked
+    rrf, convex, rrf_reranked, convex_reranked = (result["metrics"] for result in report["results"])
+    assert (rrf, convex) == (rrf_reranked, convex_reranked)
     assert report["reranker_backend"] == "none"
+
+
+def test_eval_reports_each_fusion_side_by_side(
+    tmp_path: Path, models_dir: Path, load_events: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*eval_argv(tmp_path, models_dir), "--modes", "lexical,hybrid,hybrid+rerank"]
+    assert main([*argv, "--fusions", "convex,rrf", "--fusion-weights", "0.3,0.7", "--rrf-k", "10"]) == 0
+    report = json.loads((tmp_path / "report" / "eval.json").read_text())
+    rows = [(result["mode"], result["fusion"]) for result in report["results"]]
+    convex = [{"fusion": "convex", "rrf_k": 10, "fusion_weight": weight} for weight in (0.3, 0.7)]
+    rrf = {"fusion": "rrf", "rrf_k": 10, "fusion_weight": FusionConfig().fusion_weight}
+    assert rows == [("lexical", None), *[(mode, fusion) for mode in ("hybrid", "hybrid+rerank")
+                                         for fusion in (*convex, rrf)]]
+    markdown = (tmp_path / "report" / "eval.md").read_text()
+    assert "| hybrid | convex w=0.3 |" in markdown and "| hybrid+rerank | rrf k=10 |" in markdown
+    assert "| mode | fusion | nDCG@10 |" in markdown
+    # models load once, before any timed stage (the index build's embedder load comes first)
+    assert load_events.count("load reranker") == 1 and loads_come_first(load_events)
+    assert set(report["load_ms"]) == {"embedder_ms", "dense_index_ms", "reranker_ms"}
+    assert "(model load " in capsys.readouterr().out
+
+
+def test_eval_fusion_flag_errors(
+    tmp_path: Path, models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*eval_argv(tmp_path, models_dir), "--modes", "hybrid"]
+    assert main([*argv, "--fusions", "rrf,max"]) == 2
+    assert "--fusions has unknown fusions ['max']; allowed: rrf, convex" in capsys.readouterr().err
+    assert main([*argv, "--fusion-weights", "0.3,high"]) == 2
+    assert "--fusion-weights must be comma-separated numbers from 0 to 1, got '0.3,high'" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--fusion-weights", "1.5"]) == 2
+    assert "fusion_weight must be a number from 0 to 1, got 1.5" in capsys.readouterr().err

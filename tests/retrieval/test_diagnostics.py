@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from retrieval_fixtures import write_jsonl, write_model_dir
+from retrieval_fixtures import loads_come_first, write_jsonl, write_model_dir
 
 from onnxrank import Reranker
 from onnxrank.cli import main
@@ -45,6 +45,24 @@ def test_cli_writes_the_report_and_both_plots(
     assert warning in (out / "report.md").read_text()
     assert [query["query_id"] for query in report["queries"]] == ["q1", "q2", "q3"]
     assert report["summary"]["scored_candidates"] == 18  # 3 queries x 6 candidates
+
+
+def test_models_load_before_the_timed_stages(
+    tmp_path: Path, index_dir: Path, bow_reranker_dir: Path, queries_file: Path, load_events: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "report"
+    argv = ["diagnose", "--index", str(index_dir), "--queries", str(queries_file), "--out", str(out),
+            "--model", str(bow_reranker_dir), "--rerank-top-n", "6", "--fusion", "convex"]
+    assert main(argv) == 0
+    assert load_events[:2] == ["load embedder", "load reranker"] and loads_come_first(load_events)
+    assert load_events.count("rerank stage") == len(QUERIES)
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["load_ms"]) == {"embedder_ms", "dense_index_ms", "reranker_ms"}
+    assert report["fusion"]["fusion"] == "convex"
+    assert set(report["queries"][0]["stage_ms"]) == {"lexical", "dense", "fusion", "rerank", "total"}
+    assert "Before the first query: model load " in (out / "report.md").read_text()
+    assert "(model load " in capsys.readouterr().out
 
 
 def test_figures_match_an_independent_computation(index_dir: Path, bow_reranker_dir: Path) -> None:

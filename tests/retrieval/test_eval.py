@@ -63,8 +63,10 @@ def test_evaluate_reports_every_mode(tmp_path: Path, bow_embedder: Embedder, bow
     finally:
         retriever.close()
     assert report.queries == 2
-    by_mode = {result.mode: result for result in report.results}
-    assert list(by_mode) == ["vector", "lexical", "hybrid", "hybrid+rerank"]
+    rows = [(result.mode, result.fusion_label) for result in report.results]
+    assert rows == [("vector", ""), ("lexical", ""), ("hybrid", "rrf k=60"), ("hybrid", "convex w=0.5"),
+                    ("hybrid+rerank", "rrf k=60"), ("hybrid+rerank", "convex w=0.5")]
+    by_mode = {result.mode: result for result in report.results if result.fusion_label != "convex w=0.5"}
     # BM25 puts the judged documents first for both queries: "heat" (grade 2) then "ablation".
     assert by_mode["lexical"].metrics["mrr@10"] == 1.0
     assert by_mode["lexical"].metrics["ndcg@10"] == pytest.approx(1.0)
@@ -74,7 +76,12 @@ def test_evaluate_reports_every_mode(tmp_path: Path, bow_embedder: Embedder, bow
     markdown = report.to_markdown()
     assert f"| {NOT_RELEVANCE_NOTE} |" in markdown
     assert NOT_RELEVANCE_NOTE in report.to_table()
-    assert json.loads(json.dumps(report.to_dict()))["results"][3]["note"] == NOT_RELEVANCE_NOTE
+    payload = json.loads(json.dumps(report.to_dict()))
+    assert [result["note"] for result in payload["results"]][4:] == [NOT_RELEVANCE_NOTE] * 2
+    assert payload["results"][3]["fusion"] == {"fusion": "convex", "rrf_k": 60, "fusion_weight": 0.5}
+    # The reranker was passed loaded, so only the embedder side had anything left to load.
+    assert set(payload["load_ms"]) == {"embedder_ms", "dense_index_ms", "reranker_ms"}
+    assert "| hybrid | convex w=0.5 |" in markdown and "Before the first query: model load" in markdown
 
 
 def test_eval_errors(tmp_path: Path) -> None:

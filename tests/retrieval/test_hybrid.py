@@ -63,8 +63,8 @@ def test_hybrid_is_rrf_of_both_lists(retriever: HybridRetriever) -> None:
             lexical.get(hit.chunk_id),
             dense.get(hit.chunk_id),
         )
-        assert hit.rrf_score == pytest.approx(oracle[hit.chunk_id], abs=1e-12)
-    assert [hit.rrf_score for hit in hybrid] == sorted(oracle.values(), reverse=True)
+        assert hit.fused_score == pytest.approx(oracle[hit.chunk_id], abs=1e-12)
+    assert [hit.fused_score for hit in hybrid] == sorted(oracle.values(), reverse=True)
     assert [hit.final_rank for hit in hybrid] == list(range(1, len(hybrid) + 1))
 
 
