@@ -12,8 +12,11 @@ Three kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
 
 A budget is enforced only for runs of the model it was set for (``model``; ``"*"`` means any):
 latencies and model-vs-model ratios depend on model size, so a run on a tiny test model reports
-them without enforcing them. A quick run enforces none: its workloads are smaller than the ones
-the budgets were set for.
+them without enforcing them. An entry with a ``machine_class`` (``"avx2"``, or a list) holds on
+machines of that class only (onnxrank.bench.machine): how fast the engine is against PyTorch or
+fastembed depends on the instructions each runtime uses (AMX, VNNI, BF16), so those floors are set
+per class and the others' are reported. Entries without one hold on every machine. A quick run
+enforces none: its workloads are smaller than the ones the budgets were set for.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from typing import Any
 
 from onnxrank._optional import require
 from onnxrank.bench.harness import ScenarioResult
+from onnxrank.bench.machine import MACHINE_CLASSES
 
 logger = logging.getLogger(__name__)
 
 ANY_MODEL = "*"
 ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "min_ratio",
-              "min_ceiling_share", "model", "note"}
+              "min_ceiling_share", "model", "machine_class", "note"}
 # Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
 FLOOR_METRICS = ("ratio", "ceiling_share")
 DEVICE_CLASSES = ("cpu", "cuda")
@@ -52,6 +56,7 @@ class Budget:
         limit: Milliseconds on the reference machine, the minimum ratio or the minimum share.
         model: Model name the budget holds for, or "*".
         note: Why the budget is what it is.
+        machine_classes: The machine classes it holds on; empty: every machine.
     """
 
     device: str
@@ -62,6 +67,7 @@ class Budget:
     limit: float
     model: str
     note: str = ""
+    machine_classes: tuple[str, ...] = ()
 
     def describe(self, regime: str) -> str:
         """Row label such as ``latency/short engine p50_ms`` for a result of `regime`."""
@@ -132,6 +138,7 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
     common: dict[str, Any] = {
         "device": device, "scenario": str(entry["scenario"]), "regime": entry.get("regime"),
         "model": str(entry.get("model", default_model)), "note": str(entry.get("note", "")),
+        "machine_classes": _machine_classes(where, entry.get("machine_class", [])),
     }
     budgets = [
         Budget(metric=metric, subject=str(entry.get("contender", "engine")),
@@ -154,6 +161,18 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
         raise ValueError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
                          "or min_ceiling_share")
     return budgets
+
+
+def _machine_classes(where: str, value: Any) -> tuple[str, ...]:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{where}: machine_class must be a class name or a list of them, "
+                         f"got {value!r}")
+    unknown = [name for name in names if name not in MACHINE_CLASSES]
+    if unknown:
+        raise ValueError(f"{where}: unknown machine_class {unknown}; choose from "
+                         f"{', '.join(MACHINE_CLASSES)}")
+    return tuple(names)
 
 
 def load_budgets(path: str | Path) -> BudgetFile:
@@ -209,14 +228,15 @@ def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str
 
 def check_budgets(
     budget_file: BudgetFile, result: ScenarioResult, *, model: str, scale: float,
-    not_enforced: str | None = None,
+    machine_class: str, not_enforced: str | None = None,
 ) -> list[Verdict]:
     """Verdicts of every budget that applies to `result`.
 
     1. The metric was not measured (baseline skipped, no ceiling): "not measured" with the reason.
     2. The budget's model is neither "*" nor `model`: reported, "not enforced".
-    3. `not_enforced` is given (a quick run): reported, "not enforced: <not_enforced>".
-    4. Ratios and shares must be >= the floor; latencies <= limit × `scale`.
+    3. The budget names machine classes and `machine_class` is not one: reported, "not enforced".
+    4. `not_enforced` is given (a quick run): reported, "not enforced: <not_enforced>".
+    5. Ratios and shares must be >= the floor; latencies <= limit × `scale`.
     """
     verdicts = []
     for budget in budget_file.budgets:
@@ -231,6 +251,9 @@ def check_budgets(
         elif budget.model not in (ANY_MODEL, model):
             verdict = (f"not enforced: budget is for model {budget.model!r}, this run used "
                        f"{model!r} (latencies and ratios depend on model size)")
+        elif budget.machine_classes and machine_class not in budget.machine_classes:
+            verdict = (f"not enforced: budget is for machine class "
+                       f"{' or '.join(budget.machine_classes)}, this machine is {machine_class}")
         elif not_enforced is not None:
             verdict = f"not enforced: {not_enforced}"
         elif floor:
@@ -243,18 +266,19 @@ def check_budgets(
 
 
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
-    """Plain-text table: scenario, device, measured, budget, verdict."""
-    rows = [("scenario", "device", "measured", "budget", "verdict")]
+    """Plain-text table: scenario, device, machine class, measured, budget, verdict."""
+    rows = [("scenario", "device", "class", "measured", "budget", "verdict")]
     for verdict in verdicts:
         budget = verdict.budget
         unit = {"ratio": "x", "ceiling_share": ""}.get(budget.metric, " ms")
         sign = ">=" if verdict.is_floor else "<="
         measured = "-" if verdict.measured is None else f"{verdict.measured:.2f}{unit}"
         allowed = f"{sign} {verdict.allowed:.2f}{unit}"
-        rows.append((budget.describe(verdict.regime), verdict.device, measured, allowed,
+        rows.append((budget.describe(verdict.regime), verdict.device,
+                     ",".join(budget.machine_classes) or "any", measured, allowed,
                      verdict.verdict))
-    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    widths = [max(len(row[column]) for row in rows) for column in range(5)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4]
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5]
         for row in rows
     )

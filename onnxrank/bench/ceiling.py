@@ -339,3 +339,13 @@ def ceiling_share(effective_ops_per_s: float, precision: str | None,
                 "ceiling_share": None, "ceiling_note": note}
     return {"ceiling_precision": precision, "ceiling_ops_per_s": ceiling["ops_per_s"],
             "ceiling_share": effective_ops_per_s / ceiling["ops_per_s"], "ceiling_note": ""}
+
+
+def peak_share(effective_ops_per_s: float, precision: str | None,
+               peaks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A contender's effective ops/s as a share of the CPU's estimated peak for its precision
+    (onnxrank.bench.machine.instruction_peaks): ``peak_ops_per_s`` and ``peak_share``, None where
+    the CPU has no instruction for that precision or no stated clock."""
+    peak = peaks.get(precision or "", {}).get("ops_per_s")
+    return {"peak_ops_per_s": peak,
+            "peak_share": None if peak is None else effective_ops_per_s / peak}

@@ -75,6 +75,8 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         f"- Machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores; GPU: "
         f"{', '.join(machine['gpus']) or 'none'}; onnxruntime {machine['onnxruntime']} "
         f"({', '.join(machine['available_providers'])}); commit {machine['git_commit']}",
+        f"- Machine class: **{run.get('machine_class', '?')}** (budgets of another class are "
+        "reported, not enforced)",
         f"- Threads: {run['threads']} for every runtime. Calibration: {run['calibration_ms']:.1f} "
         f"ms now vs {run['reference_ms']:.1f} ms on {run['reference_machine']}: latency budgets "
         f"x{run['scale']:.2f}",
@@ -107,14 +109,22 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
                   "", "", "", "", ""] for name, reason in result.skipped.items()]
     lines += _table(["scenario", "regime", "device", "contender", "p50 ms", "p95 ms", "p99 ms",
                      "min / max ms", "pairs/s"], rows)
-    ratio_rows = [
-        [result.scenario, result.regime, result.device, key, f"{ratio['min']:.2f}",
-         f"**{ratio['median']:.2f}**", f"{ratio['max']:.2f}", str(ratio["n"])]
-        for result in results for key, ratio in result.ratios.items()
-    ]
-    lines += ["", "## Speed-up ratios (per query, interleaved)", ""]
+    lines += ["", "## Speed-up ratios (per query, interleaved)", "",
+              "Each ratio stops being measured once the 95% interval of its median (order "
+              "statistics, distribution-free) lies within ±5% of the median (after at least 6 "
+              "queries, the fewest that give such an interval), or at its scenario's time cap; "
+              "`queries` is how many it took.", ""]
     lines += _table(["scenario", "regime", "device", "faster/slower", "min", "median", "max",
-                     "queries"], ratio_rows)
+                     "queries", "95% interval", "±5%"], ratio_rows(results))
+    lines += ["", "## Measurement: how many queries, why each comparison stopped", ""]
+    lines += _table(["scenario", "regime", "device", "items", "seconds", "stopped"],
+                    [[r.scenario, r.regime, r.device, str(r.measurement["items"]),
+                      f"{r.measurement['elapsed_s']:.0f}", stop_text(r)]
+                     for r in results if r.measurement])
+    capped = [r for r in results if r.measurement.get("time_capped")]
+    lines += ["", f"Time caps that bit: {len(capped)} of {sum(bool(r.measurement) for r in results)} "
+              "measurements" + (": " + "; ".join(f"{r.scenario}/{r.regime}/{r.device}"
+                                                 for r in capped) if capped else "") + "."]
     lines += ["", "## Budgets", ""]
     lines += _table(
         ["budget", "device", "measured", "allowed", "verdict"],
@@ -128,6 +138,34 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     if plots:
         lines += ["", "## Plots", "", *plots]
     return "\n".join(lines) + "\n"
+
+
+def interval_text(stats: dict[str, Any], scale: float = 1.0) -> str:
+    """"1.92-2.10" for a median's confidence interval (times `scale`), or why there is none."""
+    if stats.get("ci_low") is None:
+        return f"none: {stats['n']} too few"
+    return f"{stats['ci_low'] * scale:.2f}-{stats['ci_high'] * scale:.2f}"
+
+
+def ratio_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
+    """One row per ratio: where, min/median/max, queries, interval and whether within ±5%."""
+    return [
+        [result.scenario, result.regime, result.device, key, f"{ratio['min']:.2f}",
+         f"**{ratio['median']:.2f}**", f"{ratio['max']:.2f}", str(ratio["n"]),
+         interval_text(ratio) if "ci_low" in ratio else "-",
+         "-" if "within" not in ratio else "yes" if ratio["within"] else "no"]
+        for result in results for key, ratio in result.ratios.items()
+    ]
+
+
+def stop_text(result: ScenarioResult) -> str:
+    """Why a measurement stopped, with the median time's interval when nothing was compared."""
+    measurement = result.measurement
+    median = measurement.get("median_time")
+    if median is None:
+        return str(measurement["stop"])
+    return (f"{measurement['stop']}; median {median['median'] * 1000:.1f} ms per item, "
+            f"interval {interval_text(median, 1000.0)} ms")
 
 
 def _ops(value: float | None) -> str:
@@ -156,10 +194,8 @@ def ceiling_sections(run: dict[str, Any], results: Sequence[ScenarioResult]) -> 
                         rows)
         lines += [""]
         lines += [f"- {name}: {reason}" for name, reason in ceiling.skipped.items()]
-        best = run.get("ceilings", {})
-        lines += [f"- **{name} ceiling: {_ops(value['ops_per_s'])} GOP/s** ({value['path']}, "
-                  f"{value['shape']})" for name, value in best.items()]
         lines += [""]
+    lines += peak_section(run)
     share_rows = []
     for result in results:
         if result.scenario == "ceiling" or result.status != "measured":
@@ -168,20 +204,52 @@ def ceiling_sections(run: dict[str, Any], results: Sequence[ScenarioResult]) -> 
             stats = contender["stats"]
             if "effective_ops_per_s" not in stats:
                 continue
-            share = stats.get("ceiling_share")
+            share, of_peak = stats.get("ceiling_share"), stats.get("peak_share")
             share_rows.append([
                 result.scenario, result.regime, result.device, name,
                 str(stats.get("ceiling_precision") or "-"), _ops(stats["effective_ops_per_s"]),
                 _ops(stats.get("ceiling_ops_per_s")),
                 f"**{share:.0%}**" if share is not None else stats.get("ceiling_note", "-"),
+                _ops(stats.get("peak_ops_per_s")), "-" if of_peak is None else f"{of_peak:.0%}",
             ])
     if share_rows:
-        lines += ["## Share of the ceiling (effective model GOP/s over the GEMM ceiling of the "
-                  "contender's precision)", ""]
+        lines += ["## Share of the ceiling (effective model GOP/s over the best measured GEMM of "
+                  "the contender's precision, and over the CPU's estimated peak)", ""]
         lines += _table(["scenario", "regime", "device", "contender", "precision",
-                         "effective GOP/s", "ceiling GOP/s", "share"], share_rows)
+                         "effective GOP/s", "GEMM ceiling GOP/s", "share", "peak GOP/s",
+                         "share of peak"], share_rows)
         lines += [""]
     return lines
+
+
+def peak_section(run: dict[str, Any]) -> list[str]:
+    """Markdown: per precision, the best measured GEMM of any runtime beside the CPU's peak
+    estimated from its instructions, and the one as a share of the other."""
+    best = run.get("ceilings", {})
+    cpu = run.get("cpu", {})
+    peaks = cpu.get("peaks", {})
+    lines = [f"Machine class **{run.get('machine_class', '?')}** (flags "
+             f"{', '.join(cpu.get('class_flags', [])) or 'none'} from "
+             f"{cpu.get('flags_source', '?')}). Peak = cores x clock x ops per cycle per core, "
+             "an estimate from the instruction set (onnxrank/bench/machine.py gives the per-cycle "
+             "numbers and their sources), not a measurement.", ""]
+    rows = []
+    for precision in ("int8", "bf16", "fp32"):
+        measured, peak = best.get(precision), peaks.get(precision)
+        if measured is None and peak is None:
+            continue
+        rate = None if peak is None else peak["ops_per_s"]
+        rows.append([
+            precision,
+            "-" if measured is None else f"**{_ops(measured['ops_per_s'])}** ({measured['path']}, "
+                                         f"{measured['shape']})",
+            "-" if peak is None else f"{_ops(rate)} = {peak['formula']} ({peak['instruction']}; "
+                                     f"clock: {peak['clock_source']})",
+            "-" if measured is None or not rate else f"{measured['ops_per_s'] / rate:.0%}",
+        ])
+    lines += _table(["precision", "best measured GEMM GOP/s", "peak estimate GOP/s",
+                     "measured / peak"], rows)
+    return [*lines, ""]
 
 
 def _candidates_per_query(result: ScenarioResult) -> int:

@@ -1,16 +1,27 @@
-"""Interleaving order and statistics of onnxrank.bench.harness (with the real benchmark fixture)."""
+"""Interleaving order, stopping rule and statistics of onnxrank.bench.harness (with the real
+benchmark fixture).
+
+The stopping-rule tests give every contender a fixed duration per item on a clock of their own
+(the harness reads that clock instead of the wall's), so the stopping points are exact.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
+from onnxrank.bench import harness
 from onnxrank.bench.harness import (
     Contender,
+    StoppingRule,
     interleaved_order,
     measure_interleaved,
+    median_interval,
     ratio_stats,
     time_stats,
 )
@@ -72,7 +83,134 @@ def test_time_stats_against_numpy() -> None:
 
 def test_ratio_stats_is_per_item_speed_up() -> None:
     ratios = ratio_stats(faster=[1.0, 2.0, 1.0], slower=[3.0, 4.0, 5.0])
-    assert ratios == {"n": 3, "min": 2.0, "median": 3.0, "max": 5.0}
+    assert ratios == {"n": 3, "min": 2.0, "median": 3.0, "max": 5.0, "ci_low": None,
+                      "ci_high": None, "ci_coverage": None}
+    # over the items both ran: a contender that stopped early has fewer
+    assert ratio_stats(faster=[1.0] * 8, slower=[2.0] * 6)["n"] == 6
+
+
+def _coverage_by_enumeration(n: int, k: int) -> float:
+    """P(k-th smallest <= median <= k-th largest) over all 2^n sides of the median."""
+    inside = sum(k <= sum(sides) <= n - k for sides in itertools.product((0, 1), repeat=n))
+    return inside / 2 ** n
+
+
+@pytest.mark.parametrize("n", [1, 5, 6, 7, 10, 13])
+def test_median_interval_is_the_order_statistic_interval(n: int) -> None:
+    values = [float(value) for value in np.random.default_rng(n).permutation(n) * 1.5]
+    ordered = sorted(values)
+    # the widest k whose interval covers the median with >= 95%, found by brute force
+    ks = [k for k in range(1, n // 2 + 1) if _coverage_by_enumeration(n, k) >= 0.95]
+    interval = median_interval(values)
+    if not ks:
+        assert interval is None
+        return
+    k = max(ks)
+    assert interval is not None
+    low, high, coverage = interval
+    assert (low, high) == (ordered[k - 1], ordered[n - k])
+    assert coverage == pytest.approx(_coverage_by_enumeration(n, k))
+
+
+class _Clock:
+    """The harness's clock in these tests: advanced by the contenders' fixed durations."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _timed(clock: _Clock, log: list[str], name: str,
+           duration: Callable[[int], float]) -> Contender[int]:
+    def run(item: int) -> None:
+        log.append(f"{name}{item}")
+        clock.now += duration(item)
+    return Contender(name=name, label=name, run=run)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(harness, "time", fake)
+    return fake
+
+
+def _measure(benchmark, contenders: Sequence[Contender[int]], items: int,
+             ratios: Sequence[tuple[str, str]], rule: StoppingRule) -> harness.Timings:
+    return measure_interleaved(benchmark, contenders, list(range(items)), [50] * items,
+                               ratios=ratios, stopping=rule, warm_up=-1)
+
+
+def test_a_settled_comparison_stops_after_the_minimum(benchmark, clock: _Clock) -> None:
+    log: list[str] = []
+    # B takes twice A's time on every item (within 1%): the ratio is known at once
+    contenders = [_timed(clock, log, "A", lambda item: 1.0),
+                  _timed(clock, log, "B", lambda item: 2.0 + 0.01 * (item % 2))]
+    timings = _measure(benchmark, contenders, 20, [("A", "B")], StoppingRule(min_items=6))
+    assert {name: len(values) for name, values in timings.seconds.items()} == {"A": 6, "B": 6}
+    assert timings.stop == ("every comparison within ±5% after 6 items (95% interval of the "
+                            "median)")
+    assert not timings.time_capped
+    assert log[:2] == ["A-1", "B-1"]  # the warm-up item
+    assert len(log) == 2 + 12
+    # pytest-benchmark timed the first contender on the 6 items and keeps the benchmark
+    assert benchmark.stats.stats.rounds == 6 and not benchmark.has_error
+    ratio = ratio_stats(timings.seconds["A"], timings.seconds["B"])
+    assert ratio["n"] == 6 and ratio["ci_low"] == pytest.approx(2.0)
+    assert ratio["ci_high"] == pytest.approx(2.01)
+
+
+def test_each_comparison_stops_on_its_own(benchmark, clock: _Clock) -> None:
+    log: list[str] = []
+    contenders = [_timed(clock, log, "A", lambda item: 1.0),
+                  _timed(clock, log, "B", lambda item: 2.0),
+                  # C's ratio swings between 1x and 3x: never within ±5%
+                  _timed(clock, log, "C", lambda item: 1.0 + 2.0 * (item % 2))]
+    timings = _measure(benchmark, contenders, 10, [("A", "B"), ("A", "C")],
+                       StoppingRule(min_items=6, max_items=9))
+    assert {name: len(values) for name, values in timings.seconds.items()} == {
+        "A": 9, "B": 6, "C": 9}
+    assert timings.stop == "all 9 items"
+    # after item 5, B is done and A and C keep rotating
+    assert log[3 + 18:] == ["A6", "C6", "C7", "A7", "A8", "C8"]
+    assert not any(math.isnan(value) for values in timings.seconds.values() for value in values)
+    assert benchmark.stats.stats.rounds == 9
+
+
+def test_the_time_cap_is_the_last_guard(benchmark, clock: _Clock) -> None:
+    log: list[str] = []
+    contenders = [_timed(clock, log, "A", lambda item: 4.0),
+                  _timed(clock, log, "B", lambda item: 6.0 + 6.0 * (item % 2))]
+    # Warm-up (item -1) 16 s, item 0 10 s, item 1 16 s. After item 0 the clock reads 26 and the
+    # last item predicts 10 more: item 1 runs, ending at 42 (a cap bounds items started, not
+    # their length); after it 42 + 16 > 40.
+    timings = _measure(benchmark, contenders, 20, [("A", "B")],
+                       StoppingRule(min_items=6, time_cap_s=40.0))
+    assert timings.time_capped and len(timings.seconds["A"]) == 2
+    assert timings.stop == "time cap of 40 s after 2 items; not within ±5%: A/B"
+    assert timings.elapsed_s == pytest.approx(42.0)
+    assert benchmark.stats.stats.rounds == 2 and not benchmark.has_error
+
+
+def test_a_lone_contender_stops_once_its_median_time_is_known(benchmark, clock: _Clock) -> None:
+    log: list[str] = []
+    contenders = [_timed(clock, log, "A", lambda item: 1.0 + 0.001 * item)]
+    timings = _measure(benchmark, contenders, 30, [], StoppingRule(min_items=6))
+    assert len(timings.seconds["A"]) == 6
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"min_items": 0}, "need 1 <= min_items <= max_items, got 0 and None"),
+    ({"min_items": 6, "max_items": 3}, "need 1 <= min_items <= max_items, got 6 and 3"),
+    ({"min_items": 6, "precision": 0.0},
+     "need 0 < precision < 1 and 0.5 <= confidence < 1, got 0.0 and 0.95"),
+    ({"min_items": 6, "time_cap_s": 0.0}, "time_cap_s must be > 0 or None, got 0.0"),
+])
+def test_bad_rules_name_the_values(arguments: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StoppingRule(**arguments)
 
 
 def test_measure_needs_work() -> None:

@@ -22,11 +22,19 @@ from onnxrank.bench.baselines import (
     SentenceTransformersBaseline,
 )
 from onnxrank.bench.budgets import BudgetFile, Verdict, check_budgets, load_budgets, verdict_table
-from onnxrank.bench.ceiling import ceiling_share
+from onnxrank.bench.ceiling import ceiling_share, peak_share
 from onnxrank.bench.contenders import bench_engine_options, describe_engine_options, pairs_contender
 from onnxrank.bench.environment import calibrate, device_unavailable_reason, machine_info, parse_devices
 from onnxrank.bench.flops import ModelFlops, model_flops
-from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved, summarize
+from onnxrank.bench.harness import (
+    Contender,
+    ScenarioResult,
+    StoppingRule,
+    measure_interleaved,
+    median_interval,
+    summarize,
+)
+from onnxrank.bench.machine import CpuFacts, classify, describe_machine, read_cpu
 from onnxrank.bench.workloads import (
     DEFAULT_CANDIDATES,
     DEFAULT_SEED,
@@ -44,6 +52,19 @@ from onnxrank.errors import MissingDependencyError, RerankError
 
 logger = logging.getLogger(__name__)
 
+
+def _min_items() -> int:
+    """The fewest items whose median has a 95% interval from order statistics (6)."""
+    return next(n for n in range(1, 100) if median_interval(range(n)) is not None)
+
+
+MIN_ITEMS = _min_items()
+# The cap of a comparison the time plan does not name (a new scenario's).
+DEFAULT_TIME_CAP_S = 60.0
+# The untimed warm-up of each contender scores the first request cut to this many candidates:
+# first-call costs (sessions, thread pools, kernels) without a whole extra query of the slowest.
+WARM_UP_CANDIDATES = 10
+
 BASELINE_CLASSES = {
     "st": SentenceTransformersBaseline,
     "naive_ort": NaiveOrtBaseline,
@@ -59,7 +80,11 @@ BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Sizes:
-    """How much work each scenario does: --bench-quick uses the small column."""
+    """How much work each scenario may do: --bench-quick uses the small column.
+
+    Query counts are maxima: a comparison stops once its ratios are known to ±5% (after at least
+    `min_items` items), or at its time cap (`time_cap_s`).
+    """
 
     candidates: int
     latency_queries: int
@@ -71,21 +96,47 @@ class Sizes:
     max_batch_size: tuple[int, ...]
     ceiling_samples: int
     ceiling_sample_seconds: float
+    min_items: int = MIN_ITEMS
+    time_caps_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    default_time_cap_s: float = DEFAULT_TIME_CAP_S
+
+    def time_cap_s(self, scenario: str, regime: str) -> float:
+        """The wall-time cap of one comparison: "scenario/regime", else "scenario", else the
+        default."""
+        return self.time_caps_s.get(f"{scenario}/{regime}",
+                                    self.time_caps_s.get(scenario, self.default_time_cap_s))
 
 
-# A full CPU run of MiniLM-L6 on 2 idle cores takes about 20 minutes with these sizes (19 min
-# measured before the ceiling scenario and the second fastembed baseline were added).
-FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=20, throughput_requests=40,
-             throughput_requests_per_round=8, sweep_queries=8, long_document_queries=4,
+# The time plan of a full run (docs/benchmarks.md, "How long a full run takes"): every default
+# scenario and regime in 15 minutes on 2 cores. Caps are wall seconds per comparison, warm-up
+# included; most comparisons stop sooner on a fast machine, and a cap that bites is reported. The
+# regimes of the product's promises (short, mixed) get the largest share.
+FULL_TIME_CAPS_S = {
+    "latency/short": 50.0, "latency/medium": 40.0, "latency/long": 50.0, "latency/mixed": 100.0,
+    "throughput/short": 10.0, "throughput/medium": 20.0, "throughput/long": 25.0,
+    "throughput/mixed": 15.0,
+    "max_batch_tokens": 30.0, "max_batch_size": 30.0, "padding/mixed": 35.0,
+    "padding/mixed_uniform": 30.0, "threads": 20.0, "precision": 40.0,
+    "long_documents": 35.0, "order_check": 15.0, "retrieval_stages": 15.0,
+}
+FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=40, throughput_requests=40,
+             throughput_requests_per_round=4, sweep_queries=20, long_document_queries=10,
              max_batch_tokens=(1024, 2048, 4096, 8192, 16384),
              max_batch_size=(8, 16, 32, 64, 128), ceiling_samples=15,
-             ceiling_sample_seconds=0.02)
+             ceiling_sample_seconds=0.02, time_caps_s=FULL_TIME_CAPS_S)
 # Quick checks the suite, not the numbers: fewer candidates and queries keep it short even with a
 # full-size model, so its budgets (set for 50 candidates) are reported, never enforced.
 QUICK = Sizes(candidates=10, latency_queries=2, throughput_requests=2,
               throughput_requests_per_round=1, sweep_queries=2, long_document_queries=1,
               max_batch_tokens=(512, 2048, 8192), max_batch_size=(8, 64), ceiling_samples=3,
               ceiling_sample_seconds=0.002)
+
+
+def _warm_up_item(item: Sequence[Request]) -> list[Request]:
+    """The first request of `item` cut to WARM_UP_CANDIDATES candidates (see there)."""
+    first = item[0]
+    return [dataclasses.replace(first, documents=first.documents[:WARM_UP_CANDIDATES],
+                                token_counts=first.token_counts[:WARM_UP_CANDIDATES])]
 
 
 class BenchRun:
@@ -127,6 +178,7 @@ class BenchRun:
         self._source: PassageSource | None = None
         self._calibration_ms: float | None = None
         self._machine: dict[str, Any] | None = None
+        self._cpu: CpuFacts | None = None
         self._reference_engine: Reranker | None = None
         self._flops: ModelFlops | str | None = None
 
@@ -171,6 +223,23 @@ class BenchRun:
         return self._machine
 
     @property
+    def cpu(self) -> CpuFacts:
+        """What /proc/cpuinfo says about this CPU (flags, clock)."""
+        if self._cpu is None:
+            self._cpu = read_cpu()
+        return self._cpu
+
+    @property
+    def machine_class(self) -> str:
+        """amx, avx512_vnni_bf16, avx512, avx2 or other: the budgets file keys floors by it."""
+        return classify(self.cpu.flags)
+
+    @property
+    def peaks(self) -> dict[str, dict[str, Any]]:
+        """Per precision, the CPU's estimated peak for the run's threads (one per core)."""
+        return describe_machine(self.cpu, self.threads)["peaks"]
+
+    @property
     def model_flops(self) -> ModelFlops | str:
         """FLOPs per pair from the fp32 graph, or why they cannot be counted."""
         if self._flops is None:
@@ -209,7 +278,7 @@ class BenchRun:
             encodings = engine.tokenizer.encode_batch(
                 [(request.query, document) for document in request.documents])
             # the contenders' max_length: the user's, else the manifest's
-            max_length = self.engine_options.get("max_length") or engine.config.max_length
+            max_length: int = self.engine_options.get("max_length") or engine.spec.max_length
             self._request_flops[key] = flops.pairs(
                 [min(len(encoding.ids), max_length) for encoding in encodings])
         return self._request_flops[key]
@@ -286,12 +355,19 @@ class BenchRun:
         contenders: Sequence[Contender[Any]], items: Sequence[Sequence[Request]],
         pairs_per_item: Sequence[int], ratios: Sequence[tuple[str, str]],
         skipped: dict[str, str] | None = None, workload: Workload, count_flops: bool = True,
+        time_cap_s: float | None = None,
     ) -> ScenarioResult:
         """Measure interleaved, record the result, and fail the test on a broken budget.
+
+        Each of `ratios` stops being measured once its median is known to ±5% (95% interval,
+        after at least ``sizes.min_items`` items); the measurement ends when all are, after the
+        last of `items`, or at the time cap. Pass as many items as the comparison may take.
 
         Args:
             count_flops: Report effective model ops/s (False where a contender does more than
                 one model pass per pair, as long_documents="max_chunk" does).
+            time_cap_s: Wall-time cap of the whole comparison (None: the run's time plan for
+                this scenario and regime, see ``Sizes.time_cap_s``).
         """
         flops = None
         # The user's long_documents="max_chunk" makes every engine contender a max_chunk one.
@@ -299,9 +375,19 @@ class BenchRun:
             per_item = [[self.request_flops(request) for request in item] for item in items]
             if all(value is not None for values in per_item for value in values):
                 flops = [float(sum(values)) for values in per_item]  # type: ignore[arg-type]
-        timings = measure_interleaved(benchmark, contenders, items, pairs_per_item)
+        stopping = StoppingRule(
+            min_items=min(self.sizes.min_items, len(items)), max_items=len(items),
+            time_cap_s=self.sizes.time_cap_s(scenario, regime) if time_cap_s is None
+            else time_cap_s)
+        timings = measure_interleaved(benchmark, contenders, items, pairs_per_item,
+                                      ratios=ratios, stopping=stopping,
+                                      warm_up=_warm_up_item(items[0]))
+        measured = [request for item in items[:len(timings.seconds[contenders[0].name])]
+                    for request in item]
         result = summarize(scenario, regime, device, contenders, timings, ratios=ratios,
-                           skipped=skipped or {}, workload=workload.describe(),
+                           skipped=skipped or {},
+                           workload=dataclasses.replace(workload,
+                                                        requests=tuple(measured)).describe(),
                            flops_per_item=flops)
         self.record(benchmark, result)
         return result
@@ -312,20 +398,23 @@ class BenchRun:
         for contender in result.contenders.values():
             stats = contender["stats"]
             if "effective_ops_per_s" in stats:
-                stats.update(ceiling_share(stats["effective_ops_per_s"],
-                                           contender["settings"].get("precision"),
+                precision = contender["settings"].get("precision")
+                stats.update(ceiling_share(stats["effective_ops_per_s"], precision,
                                            self.ceilings, self.ceiling_note))
+                stats.update(peak_share(stats["effective_ops_per_s"], precision, self.peaks))
         benchmark.group = f"{result.scenario}/{result.regime}/{result.device}"
         benchmark.extra_info.update({
             "scenario": result.scenario, "regime": result.regime, "device": result.device,
             "quick": self.quick, "model": self.model_label, "threads": self.threads,
             "contenders": {name: value["settings"] for name, value in result.contenders.items()},
             "ratios": result.ratios, "skipped": result.skipped, "workload": result.workload,
-            "machine": self.machine,
+            "machine": self.machine, "machine_class": self.machine_class,
+            "measurement": result.measurement,
         })
         self.results.append(result)
         verdicts = check_budgets(self.budgets, result, model=self.reference_engine.spec.name,
-                                 scale=self.scale, not_enforced=self.not_enforced_reason)
+                                 scale=self.scale, machine_class=self.machine_class,
+                                 not_enforced=self.not_enforced_reason)
         self.verdicts.extend(verdicts)
         broken = [verdict for verdict in verdicts if verdict.failed]
         if broken:
@@ -376,5 +465,7 @@ class BenchRun:
             "ceilings": self.ceilings,
             "ceiling_note": self.ceiling_note if not self.ceilings else "",
             "machine": self.machine,
+            "cpu": describe_machine(self.cpu, self.threads),
+            "machine_class": self.machine_class,
             "flashrank": FLASHRANK_SKIP_REASON,
         }

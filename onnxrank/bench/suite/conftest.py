@@ -18,7 +18,7 @@ import pytest
 
 from onnxrank.bench.budgets import verdict_table
 from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
-from onnxrank.bench.report import write_report
+from onnxrank.bench.report import interval_text, write_report
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.bench.workloads import REGIMES
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-regimes", default=",".join(REGIMES),
                     help="regimes for the latency and throughput scenarios")
     group.addoption("--bench-queries", type=int, default=None,
-                    help="queries of the latency and retrieval scenarios (default: 20, quick 2)")
+                    help="the most queries of a latency or retrieval-stages comparison (default: "
+                         "40, quick 2); each stops sooner once its ratios are known to ±5%%")
     group.addoption("--bench-threads", type=int, default=None,
                     help="threads for every runtime (default: usable cores)")
     group.addoption("--bench-out", default=str(DEFAULT_OUT), help="report directory")
@@ -110,6 +111,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.section("onnxrank bench: budgets")
     write(f"model: {run.model_label}")
     write(f"engine options: {run.engine_label()}")
+    write(f"machine class: {run.machine_class} (budgets of other classes are reported, not "
+          "enforced)")
     write(f"calibration {run.calibration_ms:.1f} ms vs {run.budgets.reference_ms:.1f} ms on "
           f"{run.budgets.reference_machine}: latency budgets x{run.scale:.2f}")
     for precision, ceiling in run.ceilings.items():
@@ -117,13 +120,28 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
               f"({ceiling['contender']}, {ceiling['shape']})")
     if not run.ceilings:
         write(f"no GEMM ceiling: {run.ceiling_note}")
+    for precision, peak in run.peaks.items():
+        rate = "?" if peak["ops_per_s"] is None else f"{peak['ops_per_s'] / 1e9:.0f}"
+        write(f"{precision} peak (estimate): {rate} GOP/s = {peak['formula']} "
+              f"({peak['instruction']})")
+    write("ratios (median over queries, 95% interval of the median, queries it took):")
+    for result in run.results:
+        for key, ratio in result.ratios.items():
+            settled = "" if ratio.get("within", True) else ", not within ±5%"
+            write(f"  {result.scenario}/{result.regime}/{result.device} {key}: "
+                  f"{ratio['median']:.2f}x [{interval_text(ratio)}], {ratio['n']} queries"
+                  f"{settled}")
+    for result in run.results:
+        if result.measurement.get("time_capped"):
+            write(f"time cap bit: {result.scenario}/{result.regime}/{result.device}: "
+                  f"{result.measurement['stop']}")
     write(verdict_table(run.verdicts) if run.verdicts else "no budget applies to this run")
     if run.not_enforced_reason is not None:
         write(f"budgets reported but NOT enforced: {run.not_enforced_reason}; a full run "
               "(without --quick) enforces them")
     elif any(verdict.verdict.startswith("not enforced") for verdict in run.verdicts):
-        write("some budgets reported but NOT enforced: they were set for another model "
-              "(latencies and model-vs-model ratios depend on model size)")
+        write("some budgets reported but NOT enforced: they were set for another model or "
+              "another machine class")
     skipped = {f"{result.scenario}: {name} ({result.device})": reason for result in run.results
                for name, reason in result.skipped.items()}
     for name, reason in sorted(skipped.items()):
