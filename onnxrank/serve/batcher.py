@@ -2,10 +2,12 @@
 
 Requests (jobs) enter a bounded queue from the event loop. One worker thread takes the oldest
 job, waits until ``batch_window_ms`` after that job's arrival for others to join, takes every
-job then waiting, and scores all their pairs with one ``Reranker.score_detailed`` call: the
-engine's planner sorts them by length and cuts token-budget batches across requests. Each job
-gets its own rows back. Jobs whose client left or whose deadline passed are taken out before the
-engine and cost the others nothing.
+job then waiting, and runs all their items through one call of its task (a `BatchTask`: the
+rerank task scores (query, document) pairs with ``Reranker.score_detailed``, the embedding task
+embeds texts with ``Embedder.embed``): the engine's planner sorts the items by length and cuts
+token-budget batches across requests. Each job gets its own rows back. Jobs whose client left or
+whose deadline passed are taken out before the engine and cost the others nothing. Each served
+model has its own Batcher (queue and worker) over its own task.
 """
 
 from __future__ import annotations
@@ -16,21 +18,55 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from onnxrank.serve.metrics import ServerMetrics
-from onnxrank.types import Pair
 
 logger = logging.getLogger(__name__)
 
-WARM_UP_PAIRS: list[Pair] = [("warm up the engine", "one short document to score at start")]
-# Throughput estimate (pairs/s) for Retry-After: exponential average over engine runs.
+# Throughput estimate (items/s) for Retry-After: exponential average over engine runs.
 THROUGHPUT_SMOOTHING = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """What one engine run of a task produced, rows in the order of its items.
+
+    Attributes:
+        values: One row per item: a score (rerank) or a vector (embedding).
+        token_counts: Tokens per item as the model saw them.
+        tokenize_ms / inference_ms: Time of the run's stages.
+        batches: (rows, padded length) of each model run inside the engine run.
+    """
+
+    values: NDArray[np.float32]
+    token_counts: NDArray[np.int64]
+    tokenize_ms: float
+    inference_ms: float
+    batches: Sequence[tuple[int, int]]
+
+
+class BatchTask(Protocol):
+    """What a Batcher runs: one call over the items of every job merged into a run."""
+
+    @property
+    def name(self) -> str:
+        """The task ("rerank", "embedding"), as the manifest names it."""
+        ...
+
+    @property
+    def warm_up_items(self) -> Sequence[Any]:
+        """Items run once at start, before the server reports ready."""
+        ...
+
+    def run(self, items: Sequence[Any]) -> TaskRun:
+        """Run the engine over `items` (pairs or texts); raises what the engine raises."""
+        ...
 
 
 class QueueFullError(Exception):
@@ -66,31 +102,31 @@ class JobResult:
     """What one job gets back from its engine run.
 
     Attributes:
-        scores: Raw logits, in the job's pair order.
-        token_counts: Tokens per pair as the model saw them.
+        values: The job's rows (raw logits, or vectors), in the job's item order.
+        token_counts: Tokens per item as the model saw them.
         queue_ms: Arrival to the start of the engine run.
         tokenize_ms / inference_ms: Of the whole engine run (shared with its batch mates).
         run_requests: Jobs in the engine run.
-        run_pairs: Pairs in the engine run.
+        run_items: Items (pairs or texts) in the engine run.
     """
 
-    scores: NDArray[np.float32]
+    values: NDArray[np.float32]
     token_counts: NDArray[np.int64]
     queue_ms: float
     tokenize_ms: float
     inference_ms: float
     run_requests: int
-    run_pairs: int
+    run_items: int
 
 
 @dataclass(eq=False)
 class Job:
-    """One request's pairs on their way through the queue.
+    """One request's items (pairs or texts) on their way through the queue.
 
     `future` is resolved on `loop` exactly once, with a JobResult or an exception.
     """
 
-    pairs: list[Pair]
+    items: list[Any]
     future: asyncio.Future[JobResult]
     loop: asyncio.AbstractEventLoop
     deadline: float | None = None  # time.perf_counter() value
@@ -99,32 +135,33 @@ class Job:
 
 
 class Batcher:
-    """Owns the queue and the engine worker thread.
+    """Owns one model's queue and its engine worker thread.
 
     Args:
-        score_detailed: ``Reranker.score_detailed``: pairs -> ScoreRun (scores, token_counts,
-            tokenize_ms, inference_ms, batches).
+        task: What the worker runs (onnxrank.serve.tasks: RerankTask, EmbeddingTask).
         metrics: Where runs, batches and drops are counted.
+        model: The served model's id (the ``model`` label of its metrics).
         max_queue: Jobs that may wait; one more raises QueueFullError.
         merge: True merges every waiting job into one run; False runs jobs one by one.
         window_s: How long after the oldest waiting job's arrival the worker waits for others.
     """
 
     def __init__(
-        self, score_detailed: Callable[[Sequence[Pair]], Any], metrics: ServerMetrics, *,
+        self, task: BatchTask, metrics: ServerMetrics, *, model: str,
         max_queue: int, merge: bool, window_s: float,
     ) -> None:
-        self._score_detailed = score_detailed
+        self.task = task
+        self.model = model
         self._metrics = metrics
         self.max_queue = max_queue
         self.merge = merge
         self.window_s = window_s
         self._queue: deque[Job] = deque()
-        self._running_pairs = 0
+        self._running_items = 0
         self._run_started = 0.0
         self._cond = threading.Condition()
         self._stopping = False
-        self._pairs_per_s: float | None = None
+        self._items_per_s: float | None = None
         self._thread: threading.Thread | None = None
         self.ready = threading.Event()
 
@@ -134,7 +171,7 @@ class Batcher:
         """Start the worker thread; it warms the engine up, then sets `ready`."""
         if self._thread is not None:
             raise RuntimeError("the batcher is already started")
-        self._thread = threading.Thread(target=self._work, name="onnxrank-engine", daemon=True)
+        self._thread = threading.Thread(target=self._work, name=f"onnxrank-{self.model}", daemon=True)
         self._thread.start()
 
     def submit(self, job: Job) -> None:
@@ -143,7 +180,7 @@ class Batcher:
         Raises:
             QueueFullError: `max_queue` jobs are waiting.
             DeadlineUnreachableError: The job has a deadline, and the work ahead of it plus its
-                own would take longer at the recent pairs/s: waiting would only waste it.
+                own would take longer at the recent items/s: waiting would only waste it.
             ShuttingDownError: stop() was called.
         """
         with self._cond:
@@ -151,14 +188,15 @@ class Batcher:
                 raise ShuttingDownError("the server is shutting down")
             if len(self._queue) >= self.max_queue:
                 raise QueueFullError(self.max_queue, self._retry_after_s())
-            if job.deadline is not None and self._pairs_per_s:
-                finish_s = self._pending_s(len(job.pairs))
+            if job.deadline is not None and self._items_per_s:
+                finish_s = self._pending_s(len(job.items))
                 if time.perf_counter() + finish_s > job.deadline:
-                    self._metrics.dropped.labels(reason="deadline_unreachable").inc()
+                    self._metrics.dropped.labels(model=self.model,
+                                                 reason="deadline_unreachable").inc()
                     raise DeadlineUnreachableError(finish_s)
             job.state = "queued"
             self._queue.append(job)
-            self._metrics.queue_depth.set(len(self._queue))
+            self._metrics.queue_depth.labels(model=self.model).set(len(self._queue))
             self._cond.notify()
 
     def withdraw(self, job: Job, reason: str) -> bool:
@@ -173,8 +211,8 @@ class Batcher:
                 return False
             self._queue.remove(job)
             job.state = "dropped"
-            self._metrics.queue_depth.set(len(self._queue))
-        self._metrics.dropped.labels(reason=reason).inc()
+            self._metrics.queue_depth.labels(model=self.model).set(len(self._queue))
+        self._metrics.dropped.labels(model=self.model, reason=reason).inc()
         return True
 
     def stop(self, timeout_s: float) -> None:
@@ -190,7 +228,7 @@ class Batcher:
         with self._cond:
             left = list(self._queue)
             self._queue.clear()
-            self._metrics.queue_depth.set(0)
+            self._metrics.queue_depth.labels(model=self.model).set(0)
         for job in left:
             job.state = "dropped"
             _resolve(job, ShuttingDownError("the server shut down before this request ran"))
@@ -202,24 +240,24 @@ class Batcher:
 
     def _retry_after_s(self) -> int:
         """Seconds until the work ahead is likely done (at least 1); called under the lock."""
-        return max(1, math.ceil(self._pending_s(0))) if self._pairs_per_s else 1
+        return max(1, math.ceil(self._pending_s(0))) if self._items_per_s else 1
 
-    def _pending_s(self, extra_pairs: int) -> float:
-        """Estimated seconds until the running run, every queued job and `extra_pairs` more are
-        scored, at the recent pairs/s; called under the lock with an estimate present."""
-        assert self._pairs_per_s
-        done = (time.perf_counter() - self._run_started) * self._pairs_per_s
-        running_left = max(0.0, self._running_pairs - done)
-        queued = sum(len(job.pairs) for job in self._queue)
-        return (running_left + queued + extra_pairs) / self._pairs_per_s
+    def _pending_s(self, extra_items: int) -> float:
+        """Estimated seconds until the running run, every queued job and `extra_items` more are
+        done, at the recent items/s; called under the lock with an estimate present."""
+        assert self._items_per_s
+        done = (time.perf_counter() - self._run_started) * self._items_per_s
+        running_left = max(0.0, self._running_items - done)
+        queued = sum(len(job.items) for job in self._queue)
+        return (running_left + queued + extra_items) / self._items_per_s
 
     # --- the worker thread ----------------------------------------------------------------------
 
     def _work(self) -> None:
         try:
-            self._score_detailed(WARM_UP_PAIRS)
+            self.task.run(self.task.warm_up_items)
         except Exception:  # the server stays up; /ready stays 503 and requests get 500s
-            logger.exception("engine warm-up failed")
+            logger.exception("engine warm-up of %s failed", self.model)
         else:
             self.ready.set()
         while True:
@@ -255,9 +293,9 @@ class Batcher:
                 jobs = [self._queue.popleft()]
             for job in jobs:
                 job.state = "running"
-            self._running_pairs = sum(len(job.pairs) for job in jobs)
+            self._running_items = sum(len(job.items) for job in jobs)
             self._run_started = time.perf_counter()
-            self._metrics.queue_depth.set(len(self._queue))
+            self._metrics.queue_depth.labels(model=self.model).set(len(self._queue))
         return jobs
 
     def _run(self, jobs: list[Job]) -> None:
@@ -266,7 +304,7 @@ class Batcher:
         for job in jobs:
             if job.deadline is not None and started >= job.deadline:
                 job.state = "dropped"
-                self._metrics.dropped.labels(reason="deadline").inc()
+                self._metrics.dropped.labels(model=self.model, reason="deadline").inc()
                 _resolve(job, DeadlineExpiredError("the deadline passed while the request waited"))
             else:
                 live.append(job)
@@ -275,17 +313,17 @@ class Batcher:
                 self._score_together(live, started)
         finally:
             with self._cond:
-                self._running_pairs = 0
+                self._running_items = 0
 
     def _score_together(self, jobs: list[Job], started: float) -> None:
         """One engine run for `jobs`; if it fails, each job alone, so that one request the
         engine rejects costs its batch mates nothing."""
-        pairs = [pair for job in jobs for pair in job.pairs]
+        items = [item for job in jobs for item in job.items]
         try:
-            run = self._score_detailed(pairs)
+            run = self.task.run(items)
         except Exception as err:
             if len(jobs) == 1:
-                logger.exception("engine run of %d pairs failed", len(pairs))
+                logger.exception("engine run of %d items failed", len(items))
                 _resolve(jobs[0], err)
                 return
             logger.warning("engine run of %d requests failed (%r); scoring them one by one",
@@ -293,37 +331,37 @@ class Batcher:
             for job in jobs:
                 self._score_together([job], started)
             return
-        self._record(run, jobs, pairs, started)
+        self._record(run, jobs, len(items), started)
         offset = 0
         for job in jobs:
-            stop = offset + len(job.pairs)
+            stop = offset + len(job.items)
             _resolve(job, JobResult(
-                scores=np.asarray(run.scores[offset:stop]),
+                values=np.asarray(run.values[offset:stop]),
                 token_counts=np.asarray(run.token_counts[offset:stop]),
                 queue_ms=(started - job.enqueued_at) * 1000.0,
                 tokenize_ms=float(run.tokenize_ms), inference_ms=float(run.inference_ms),
-                run_requests=len(jobs), run_pairs=len(pairs),
+                run_requests=len(jobs), run_items=len(items),
             ))
             offset = stop
 
-    def _record(self, run: Any, jobs: list[Job], pairs: list[Pair], started: float) -> None:
+    def _record(self, run: TaskRun, jobs: list[Job], items: int, started: float) -> None:
         elapsed = time.perf_counter() - started
-        metrics = self._metrics
-        metrics.engine_runs.inc()
-        metrics.pairs_scored.inc(len(pairs))
-        metrics.run_requests.observe(len(jobs))
-        metrics.run_pairs.observe(len(pairs))
-        metrics.tokenize_seconds.observe(run.tokenize_ms / 1000.0)
-        metrics.inference_seconds.observe(run.inference_ms / 1000.0)
+        metrics, model = self._metrics, {"model": self.model}
+        metrics.engine_runs.labels(**model).inc()
+        metrics.items_done(self.task.name).labels(**model).inc(items)
+        metrics.run_requests.labels(**model).observe(len(jobs))
+        metrics.run_items.labels(**model).observe(items)
+        metrics.tokenize_seconds.labels(**model).observe(run.tokenize_ms / 1000.0)
+        metrics.inference_seconds.labels(**model).observe(run.inference_ms / 1000.0)
         for rows, padded_length in run.batches:
-            metrics.batch_rows.observe(rows)
-            metrics.batch_padded_tokens.observe(rows * padded_length)
+            metrics.batch_rows.labels(**model).observe(rows)
+            metrics.batch_padded_tokens.labels(**model).observe(rows * padded_length)
         for job in jobs:
-            metrics.queue_seconds.observe(started - job.enqueued_at)
+            metrics.queue_seconds.labels(**model).observe(started - job.enqueued_at)
         if elapsed > 0:
-            speed = len(pairs) / elapsed
-            previous = self._pairs_per_s
-            self._pairs_per_s = speed if previous is None else (
+            speed = items / elapsed
+            previous = self._items_per_s
+            self._items_per_s = speed if previous is None else (
                 THROUGHPUT_SMOOTHING * speed + (1 - THROUGHPUT_SMOOTHING) * previous)
 
 

@@ -28,8 +28,6 @@ class ServeConfig:
         "interface to bind; 127.0.0.1 serves this machine only, 0.0.0.0 every interface"))
     port: int = field(default=DEFAULT_PORT, metadata=_option(
         "TCP port; 0 picks a free one", 0, kind=int))
-    model_id: str | None = field(default=None, metadata=_option(
-        "model id reported by /v1/models and in responses (default: the manifest's name)"))
     api_key: str | None = field(default=None, metadata=_option(
         "require 'Authorization: Bearer KEY' on every endpoint except /health; prefer the "
         "environment twin, since a flag shows in the process list"))

@@ -1,8 +1,10 @@
-"""The server's Prometheus metrics, all in the ``onnxrank_`` namespace, in a registry per app."""
+"""The server's Prometheus metrics, all in the ``onnxrank_`` namespace, in a registry per app.
+
+Engine-side metrics carry the served model's id as label ``model``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnxrank._optional import require
 
@@ -25,20 +27,21 @@ class ServerMetrics:
 
     Attributes:
         requests: Answers by endpoint and HTTP status (every request counted once).
-        request_seconds: Arrival to answer, by endpoint (rerank endpoints).
-        queue_seconds: Arrival to the start of the engine run that scored the request.
+        request_seconds: Arrival to answer, by endpoint (rerank, embedding and search endpoints).
+        queue_seconds: Arrival to the start of the engine run that ran the request, by model.
         tokenize_seconds / inference_seconds: Per engine run (shared by the requests in it).
         batch_rows / batch_padded_tokens: Per model run (session.run) inside an engine run.
-        run_requests / run_pairs: Requests and pairs merged into one engine run.
-        engine_runs: Engine runs (one planner pass each).
-        pairs_scored: (query, document) pairs that reached the engine.
-        dropped: Requests that never reached the engine, by reason: "client_disconnected" and
-            "deadline" (taken out of the queue), "deadline_unreachable" (answered at arrival:
-            the work ahead would outlast the deadline).
-        queue_depth: Requests waiting for the engine now.
+        run_requests / run_items: Requests and items (pairs or texts) merged into one engine run.
+        engine_runs: Engine runs (one planner pass each), by model.
+        pairs_scored: (query, document) pairs that reached a rerank engine.
+        texts_embedded: Texts that reached an embedding engine.
+        dropped: Requests that never reached the engine, by model and reason:
+            "client_disconnected" and "deadline" (taken out of the queue), "deadline_unreachable"
+            (answered at arrival: the work ahead would outlast the deadline).
+        queue_depth: Requests waiting for each model's engine now.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, models: tuple[str, ...] = ()) -> None:
         prometheus = require("prometheus_client", extra="serve")
         self.registry: CollectorRegistry = prometheus.CollectorRegistry()
         counter, gauge, histogram = prometheus.Counter, prometheus.Gauge, prometheus.Histogram
@@ -46,34 +49,47 @@ class ServerMetrics:
         self.requests = counter("requests", "HTTP answers by endpoint and status",
                                 ["endpoint", "status"], **common)
         self.request_seconds = histogram(
-            "request_duration_seconds", "rerank request arrival to answer", ["endpoint"],
+            "request_duration_seconds", "request arrival to answer", ["endpoint"],
             buckets=SECONDS_BUCKETS, **common)
+        model = ["model"]
         self.queue_seconds = histogram(
-            "queue_wait_seconds", "arrival to the start of the engine run that scored it",
+            "queue_wait_seconds", "arrival to the start of the engine run that ran it", model,
             buckets=SECONDS_BUCKETS, **common)
         self.tokenize_seconds = histogram(
-            "tokenization_seconds", "tokenization time per engine run", buckets=SECONDS_BUCKETS,
-            **common)
+            "tokenization_seconds", "tokenization time per engine run", model,
+            buckets=SECONDS_BUCKETS, **common)
         self.inference_seconds = histogram(
-            "inference_seconds", "model time per engine run", buckets=SECONDS_BUCKETS, **common)
-        self.batch_rows = histogram("batch_rows", "rows per model run", buckets=ROWS_BUCKETS,
-                                    **common)
-        self.batch_padded_tokens = histogram(
-            "batch_padded_tokens", "rows x padded length per model run", buckets=TOKENS_BUCKETS,
+            "inference_seconds", "model time per engine run", model, buckets=SECONDS_BUCKETS,
             **common)
+        self.batch_rows = histogram("batch_rows", "rows per model run", model,
+                                    buckets=ROWS_BUCKETS, **common)
+        self.batch_padded_tokens = histogram(
+            "batch_padded_tokens", "rows x padded length per model run", model,
+            buckets=TOKENS_BUCKETS, **common)
         self.run_requests = histogram(
-            "engine_run_requests", "requests merged into one engine run",
+            "engine_run_requests", "requests merged into one engine run", model,
             buckets=REQUESTS_BUCKETS, **common)
-        self.run_pairs = histogram(
-            "engine_run_pairs", "pairs scored by one engine run",
+        self.run_items = histogram(
+            "engine_run_items", "items (pairs or texts) run by one engine run", model,
             buckets=(1, 10, 50, 100, 200, 400, 800, 1600, 3200, 6400), **common)
-        self.engine_runs = counter("engine_runs", "engine runs (one batch plan each)", **common)
-        self.pairs_scored = counter("pairs_scored", "pairs that reached the engine", **common)
+        self.engine_runs = counter("engine_runs", "engine runs (one batch plan each)", model,
+                                   **common)
+        self.pairs_scored = counter("pairs_scored", "pairs that reached a rerank engine", model,
+                                    **common)
+        self.texts_embedded = counter("texts_embedded", "texts that reached an embedding engine",
+                                      model, **common)
         self.dropped = counter("requests_dropped", "requests dropped before the engine",
-                               ["reason"], **common)
-        self.queue_depth = gauge("queue_depth", "requests waiting for the engine", **common)
-        for reason in DROP_REASONS:
-            self.dropped.labels(reason=reason)
+                               ["model", "reason"], **common)
+        self.queue_depth = gauge("queue_depth", "requests waiting for the engine", model,
+                                 **common)
+        for name in models:
+            self.queue_depth.labels(model=name)
+            for reason in DROP_REASONS:
+                self.dropped.labels(model=name, reason=reason)
+
+    def items_done(self, task: str) -> Any:
+        """The counter of items a task's engine ran: pairs (rerank) or texts (embedding)."""
+        return self.pairs_scored if task == "rerank" else self.texts_embedded
 
     def exposition(self) -> tuple[bytes, str]:
         """The Prometheus text format of every metric, with its content type."""

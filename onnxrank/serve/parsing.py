@@ -23,29 +23,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from onnxrank.serve.config import ServeConfig
+from onnxrank.serve.errors import Family, RequestError
 
-Family = Literal["cohere_v1", "cohere_v2", "tei"]
 OnDeadline = Literal["error", "fallback"]
-FAMILY_OF_PATH: dict[str, Family] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
-                                     "/rerank": "tei"}
+RERANK_PATHS: dict[str, Family] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
+                                   "/rerank": "tei"}
 DEADLINE_HEADER = "x-deadline-ms"
 ON_DEADLINE_HEADER = "x-on-deadline"
 ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
 
-# text-embeddings-inference's error types (router/src/lib.rs ErrorType, serialized by name) and
-# the status it gives each (router/src/http/server.rs).
-TEI_ERROR_TYPE = {400: "Empty", 413: "Validation", 422: "Validation",
-                  424: "Backend", 429: "Overloaded", 500: "Backend", 503: "Unhealthy"}
-
-
-class RequestError(Exception):
-    """A request the server answers with an error status; the message names what was wrong."""
-
-    def __init__(self, status: int, message: str, *, retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +53,8 @@ class RerankCall:
         deadline_ms: Answer within this many milliseconds of arrival, or give up.
         on_deadline: "error" answers 503 at the deadline; "fallback" answers the documents in
             request (retrieval) order, flagged as not reranked.
-        model: The ``model`` field as sent (not used to pick a model: one server, one model).
+        model: The ``model`` field as sent: the served model to use (None: the first rerank
+            model).
     """
 
     family: Family
@@ -90,19 +77,20 @@ class RerankCall:
         return len(self.query) * len(self.documents) + sum(map(len, self.documents))
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
+def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
     """The JSON object of a request body.
 
     Raises:
-        RequestError: 422 when the body is not JSON or not a JSON object.
+        RequestError: `status` (422; OpenAI answers 400) when the body is not JSON or not a
+            JSON object.
     """
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
-        raise RequestError(422, f"request body is not valid JSON: {err}") from err
+        raise RequestError(status, f"request body is not valid JSON: {err}") from err
     if not isinstance(payload, dict):
         raise RequestError(
-            422, f"request body must be a JSON object, got a JSON {_json_type(payload)}")
+            status, f"request body must be a JSON object, got a JSON {json_type(payload)}")
     return payload
 
 
@@ -120,11 +108,11 @@ def parse_call(
     if "query" not in payload:
         raise RequestError(422, "missing field `query`: a non-empty string is required")
     if not isinstance(query, str):
-        raise RequestError(422, f"field `query` must be a string, got a JSON {_json_type(query)}")
+        raise RequestError(422, f"field `query` must be a string, got a JSON {json_type(query)}")
     if not query.strip():
         raise RequestError(422, f"field `query` must be a non-empty string, got {query!r}")
-    model = _optional(payload, "model", str)
-    deadline_ms, on_deadline = _deadline(payload, headers, config)
+    model = optional_field(payload, "model", str)
+    deadline_ms, on_deadline = parse_deadline(payload, headers, config)
     common: dict[str, Any] = {"family": family, "query": query, "model": model,
                               "deadline_ms": deadline_ms, "on_deadline": on_deadline}
     if family == "tei":
@@ -133,16 +121,16 @@ def parse_call(
         if direction not in ("left", "Left", "right", "Right"):
             raise RequestError(422, "field `truncation_direction` must be \"Left\" or \"Right\", "
                                     f"got {json.dumps(direction)}")
-        truncate = _optional(payload, "truncate", bool)
+        truncate = optional_field(payload, "truncate", bool)
         call = RerankCall(
             documents=documents, originals=list(documents),
-            raw_scores=bool(_optional(payload, "raw_scores", bool)),
-            return_documents=bool(_optional(payload, "return_text", bool)),
+            raw_scores=bool(optional_field(payload, "raw_scores", bool)),
+            return_documents=bool(optional_field(payload, "return_text", bool)),
             truncate=truncate is not False, truncate_left=direction.lower() == "left",
             **common,
         )
     else:
-        top_n = _optional(payload, "top_n", int)
+        top_n = optional_field(payload, "top_n", int)
         if top_n is not None and top_n < 1:
             raise RequestError(422, f"field `top_n` must be a positive integer, got {top_n}")
         if family == "cohere_v1":
@@ -152,11 +140,11 @@ def parse_call(
                          for index, item in enumerate(originals)]
             call = RerankCall(
                 documents=documents, originals=originals, top_n=top_n,
-                return_documents=bool(_optional(payload, "return_documents", bool)), **common,
+                return_documents=bool(optional_field(payload, "return_documents", bool)), **common,
             )
         else:
             documents = _documents(payload, "documents", allow_objects=False, allow_empty=True)
-            max_tokens = _optional(payload, "max_tokens_per_doc", int)
+            max_tokens = optional_field(payload, "max_tokens_per_doc", int)
             if max_tokens is not None and max_tokens < 1:
                 raise RequestError(422, "field `max_tokens_per_doc` must be a positive integer, "
                                         f"got {max_tokens}")
@@ -180,7 +168,7 @@ def check_size(call: RerankCall, config: ServeConfig) -> None:
                  "(--max-characters); split the request")
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -197,8 +185,9 @@ def _json_type(value: object) -> str:
 _EXPECTED = {str: "a string", bool: "a boolean", int: "an integer"}
 
 
-def _optional(payload: Mapping[str, Any], name: str, kind: type) -> Any:
-    """The field's value, None when absent or null; 422 when it has another type."""
+def optional_field(payload: Mapping[str, Any], name: str, kind: type, *,
+                   status: int = 422) -> Any:
+    """The field's value, None when absent or null; `status` when it has another type."""
     value = payload.get(name)
     if value is None:
         return None
@@ -206,8 +195,8 @@ def _optional(payload: Mapping[str, Any], name: str, kind: type) -> Any:
     wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
     if wrong:
         raise RequestError(
-            422, f"field `{name}` must be {_EXPECTED[kind]}, got a JSON {_json_type(value)} "
-                 f"({json.dumps(value)[:40]})")
+            status, f"field `{name}` must be {_EXPECTED[kind]}, got a JSON {json_type(value)} "
+                    f"({json.dumps(value)[:40]})", param=name)
     return value
 
 
@@ -219,7 +208,7 @@ def _documents(
     items = payload[name]
     if not isinstance(items, list):
         raise RequestError(
-            422, f"field `{name}` must be a list of strings, got a JSON {_json_type(items)}")
+            422, f"field `{name}` must be a list of strings, got a JSON {json_type(items)}")
     if not items and not allow_empty:
         # TEI answers an empty batch with 400 and error_type Empty.
         raise RequestError(400, f"`{name}` cannot be empty")
@@ -230,7 +219,7 @@ def _documents(
             continue
         allowed = "a string or an object with a `text` string" if allow_objects else "a string"
         raise RequestError(
-            422, f"`{name}[{index}]` must be {allowed}, got a JSON {_json_type(item)}")
+            422, f"`{name}[{index}]` must be {allowed}, got a JSON {json_type(item)}")
     return list(items)
 
 
@@ -253,7 +242,7 @@ def _document_text(item: Any, index: int, rank_fields: list[str] | None) -> str:
         text = item.get("text")
         if not isinstance(text, str):
             raise RequestError(
-                422, f"`documents[{index}].text` must be a string, got a JSON {_json_type(text)}")
+                422, f"`documents[{index}].text` must be a string, got a JSON {json_type(text)}")
         return text
     # Several fields: "name: value" lines in rank_fields order, as Cohere's YAML advice for
     # structured documents; missing fields are skipped.
@@ -267,9 +256,15 @@ def _document_text(item: Any, index: int, rank_fields: list[str] | None) -> str:
     return "\n".join(lines)
 
 
-def _deadline(
-    payload: Mapping[str, Any], headers: Mapping[str, str], config: ServeConfig
+def parse_deadline(
+    payload: Mapping[str, Any], headers: Mapping[str, str], config: ServeConfig, *,
+    status: int = 422,
 ) -> tuple[float | None, OnDeadline]:
+    """The request's deadline (ms from arrival, or None) and what to do when it passes.
+
+    Raises:
+        RequestError: `status` naming the field or header with a bad value.
+    """
     value: Any = payload.get("deadline_ms")
     source = "field `deadline_ms`"
     if value is None and DEADLINE_HEADER in headers:
@@ -277,16 +272,16 @@ def _deadline(
         try:
             value = float(headers[DEADLINE_HEADER])
         except ValueError as err:
-            raise RequestError(422, f"{source} must be a number of milliseconds, got "
+            raise RequestError(status, f"{source} must be a number of milliseconds, got "
                                     f"{headers[DEADLINE_HEADER]!r}") from err
     if value is None:
         value = config.default_deadline_ms
     elif isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
-        raise RequestError(422, f"{source} must be a positive number of milliseconds, got "
+        raise RequestError(status, f"{source} must be a positive number of milliseconds, got "
                                 f"{json.dumps(value)[:40]}")
     on_deadline = payload.get("on_deadline", headers.get(ON_DEADLINE_HEADER, "error"))
     if on_deadline not in ON_DEADLINE_CHOICES:
-        raise RequestError(422, "field `on_deadline` (or header X-On-Deadline) must be "
+        raise RequestError(status, "field `on_deadline` (or header X-On-Deadline) must be "
                                 f"\"error\" or \"fallback\", got {json.dumps(on_deadline)[:40]}")
     return (None if value is None else float(value)), on_deadline

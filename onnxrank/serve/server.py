@@ -6,25 +6,35 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from onnxrank._optional import require
-from onnxrank.serve.app import ServerState, create_app
+from onnxrank.serve.app import create_app
 from onnxrank.serve.config import ServeConfig
+from onnxrank.serve.state import ServerState
 
 if TYPE_CHECKING:
     from onnxrank.engine.reranker import Reranker
+    from onnxrank.retrieval.embedder import Embedder
+    from onnxrank.retrieval.hybrid import HybridRetriever
 
 logger = logging.getLogger(__name__)
 
 
-def serve(reranker: Reranker, config: ServeConfig | None = None) -> None:
-    """Serve `reranker` over HTTP until SIGTERM or SIGINT (blocking).
+def serve(models: Mapping[str, Reranker | Embedder] | Reranker | Embedder,
+          config: ServeConfig | None = None, *, retriever: HybridRetriever | None = None) -> None:
+    """Serve `models` (and `retriever`'s index) over HTTP until SIGTERM or SIGINT (blocking).
 
     On SIGTERM or the first SIGINT the server stops accepting connections, answers /ready and
-    new rerank calls with 503, finishes every request it holds (queued ones included) within
+    new requests with 503, finishes every request it holds (queued ones included) within
     ``shutdown_timeout_s``, then returns normally (exit status 0 from the CLI). A second SIGINT
     exits at once.
+
+    Args:
+        models: Served models by id, or one engine (see create_app).
+        config: Server settings; None uses the defaults.
+        retriever: An opened index for ``POST /v1/search``, or None.
 
     Raises:
         MissingDependencyError: The `serve` extra is not installed.
@@ -32,12 +42,12 @@ def serve(reranker: Reranker, config: ServeConfig | None = None) -> None:
     """
     uvicorn = require("uvicorn", extra="serve")
     config = config or ServeConfig()
-    app = create_app(reranker, config)
+    app = create_app(models, config, retriever=retriever)
     state: ServerState = app.state.server
 
     class Server(uvicorn.Server):  # type: ignore[misc,name-defined]
         def handle_exit(self, sig: int, frame: Any) -> None:
-            # Before uvicorn closes the sockets: /ready turns 503 and new rerank calls get 503.
+            # Before uvicorn closes the sockets: /ready turns 503 and new requests get 503.
             state.draining = True
             super().handle_exit(sig, frame)
 
@@ -46,8 +56,10 @@ def serve(reranker: Reranker, config: ServeConfig | None = None) -> None:
             for server in self.servers:
                 for sock in server.sockets:
                     host, port = sock.getsockname()[:2]
-                    print(f"onnxrank serve: {state.model_id} on http://{host}:{port} "
-                          f"(/ready answers 200 once the model is warm)", file=sys.stderr,
+                    served = ", ".join(f"{model.id} ({model.task})" for model in state.models)
+                    index = "" if state.search is None else ", search"
+                    print(f"onnxrank serve: {served}{index} on http://{host}:{port} "
+                          f"(/ready answers 200 once the models are warm)", file=sys.stderr,
                           flush=True)
 
     uvicorn_config = uvicorn.Config(

@@ -1,7 +1,9 @@
-"""Fixtures of the server tests: the tiny model's fp32 engine and a default server over it."""
+"""Fixtures of the server tests: the tiny model's fp32 engine and a default server over it; a
+reranker, an embedder and an index served by one process."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 from serve_helpers import RunningServer, running_server
 
 from onnxrank.engine.reranker import Reranker
+from onnxrank.retrieval import Embedder, HybridRetriever, build_index
 from onnxrank.serve import ServeConfig
 
 
@@ -22,4 +25,52 @@ def fp32_reranker(tiny_model_dir: Path) -> Reranker:
 def server(fp32_reranker: Reranker) -> Iterator[RunningServer]:
     """A default server over the fp32 engine."""
     with running_server(fp32_reranker, ServeConfig(port=0)) as running:
+        yield running
+
+
+# --- the RAG server: a bag-of-words reranker and embedder, and an index built with the embedder --
+# (tests/retrieval's builders: real ONNX model directories, built without torch in a second)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "retrieval"))
+from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir  # noqa: E402
+
+RERANK_ID, EMBED_ID = "ranker", "embedder"
+
+
+@pytest.fixture(scope="session")
+def bow_rerank_engine(tmp_path_factory: pytest.TempPathFactory) -> Reranker:
+    directory = write_model_dir(tmp_path_factory.mktemp("serve-models") / "bow-reranker",
+                                task="rerank", name="bow-reranker")
+    return Reranker.from_dir(directory, device="cpu", threads=1)
+
+
+@pytest.fixture(scope="session")
+def bow_embed_engine(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    directory = write_model_dir(tmp_path_factory.mktemp("serve-models") / "bow-embedder",
+                                task="embedding", name="bow-embedder")
+    return Embedder.from_dir(directory, device="cpu", threads=1)
+
+
+@pytest.fixture(scope="session")
+def rag_index(tmp_path_factory: pytest.TempPathFactory, bow_embed_engine: Embedder) -> Path:
+    """An index of the retrieval tests' corpus, built with the served embedder."""
+    root = tmp_path_factory.mktemp("serve-index")
+    build_index(write_jsonl(root / "corpus.jsonl", CORPUS), root / "index", bow_embed_engine)
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def retriever(rag_index: Path, bow_embed_engine: Embedder) -> Iterator[HybridRetriever]:
+    opened = HybridRetriever.open(rag_index, embedder=bow_embed_engine)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(scope="module")
+def rag_server(bow_rerank_engine: Reranker, bow_embed_engine: Embedder,
+               retriever: HybridRetriever) -> Iterator[RunningServer]:
+    """One process serving a reranker and an embedder, and search over the index."""
+    engines = {RERANK_ID: bow_rerank_engine, EMBED_ID: bow_embed_engine}
+    with running_server(engines, ServeConfig(port=0), retriever=retriever) as running:
         yield running

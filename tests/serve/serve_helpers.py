@@ -79,9 +79,11 @@ class RunningServer:
 
 
 @contextmanager
-def running_server(reranker: Any, config: ServeConfig) -> Iterator[RunningServer]:
-    """Serve `reranker` with `config` on 127.0.0.1:<free port> until the block ends."""
-    app = create_app(reranker, config)
+def running_server(models: Any, config: ServeConfig, *,
+                   retriever: Any = None) -> Iterator[RunningServer]:
+    """Serve `models` (an engine, or engines by id) and `retriever` with `config` on
+    127.0.0.1:<free port> until the block ends."""
+    app = create_app(models, config, retriever=retriever)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on",
                                            log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

@@ -1,0 +1,90 @@
+"""The two tasks a Batcher runs: rerank runs (pairs -> logits) and embedding runs (texts -> vectors).
+
+Each task is a thin adapter from one engine call to `TaskRun`; the computation stays in the
+engine (``Reranker.score_detailed``, ``Embedder.embed``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxrank.engine.batching import plan_batches
+from onnxrank.engine.tokenize import load_tokenizer
+from onnxrank.serve.batcher import BatchTask, TaskRun
+from onnxrank.types import Pair
+
+if TYPE_CHECKING:
+    from onnxrank.engine.reranker import Reranker
+    from onnxrank.retrieval.embedder import Embedder
+
+WARM_UP_PAIRS: list[Pair] = [("warm up the engine", "one short document to score at start")]
+WARM_UP_TEXTS = ["warm up the engine with one short text"]
+
+
+class RerankTask:
+    """Scores (query, document) pairs: raw logits, one per pair."""
+
+    name = "rerank"
+    warm_up_items: Sequence[Any] = WARM_UP_PAIRS
+
+    def __init__(self, reranker: Reranker) -> None:
+        self.reranker = reranker
+
+    def run(self, items: Sequence[Any]) -> TaskRun:
+        """One ``score_detailed`` call over the pairs of every merged request."""
+        run = self.reranker.score_detailed(items)
+        return TaskRun(values=np.asarray(run.scores), token_counts=np.asarray(run.token_counts),
+                       tokenize_ms=float(run.tokenize_ms), inference_ms=float(run.inference_ms),
+                       batches=list(run.batches))
+
+
+class EmbeddingTask:
+    """Embeds texts: one L2-normalised float32 vector per text, exactly ``Embedder.embed``'s.
+
+    The token counts (for ``usage`` and the batch metrics) come from a second tokenizer of the
+    same model with the embedder's truncation, so the engine's own path stays untouched; its time
+    is ``tokenize_ms``, and ``inference_ms`` is the ``embed`` call (its own tokenization included).
+    """
+
+    name = "embedding"
+    warm_up_items: Sequence[Any] = WARM_UP_TEXTS
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        # Two tokenizers whose settings never change after this: a tokenizer is shared by
+        # threads, and changing its truncation while another thread encodes is an error.
+        self._truncating = load_tokenizer(embedder.spec, embedder.model_dir)
+        self._truncating.enable_truncation(embedder.spec.max_length)
+        self._whole = load_tokenizer(embedder.spec, embedder.model_dir)
+
+    def count_tokens(self, texts: Sequence[str], *, truncate: bool = True) -> list[int]:
+        """Tokens per text, special tokens included (capped at max_length when `truncate`)."""
+        tokenizer = self._truncating if truncate else self._whole
+        return [len(encoding.ids) for encoding in tokenizer.encode_batch(list(texts))]
+
+    def run(self, items: Sequence[Any]) -> TaskRun:
+        """One ``embed`` call over the texts of every merged request."""
+        started = time.perf_counter()
+        counts = self.count_tokens(items)
+        tokenized = time.perf_counter()
+        vectors = self.embedder.embed(items)
+        done = time.perf_counter()
+        config = self.embedder.config
+        # The plan embed ran (plan_batches is pure), for the batch metrics.
+        plan = plan_batches(counts, max_batch_tokens=config.max_batch_tokens,
+                            max_batch_size=config.max_batch_size)
+        return TaskRun(values=vectors, token_counts=np.asarray(counts, dtype=np.int64),
+                       tokenize_ms=(tokenized - started) * 1000.0,
+                       inference_ms=(done - tokenized) * 1000.0,
+                       batches=[(len(batch.rows), batch.padded_length) for batch in plan])
+
+
+def task_for(engine: Reranker | Embedder) -> BatchTask:
+    """The task of a loaded engine, from its manifest's task."""
+    if engine.spec.task == "rerank":
+        return RerankTask(engine)  # type: ignore[arg-type]
+    return EmbeddingTask(engine)  # type: ignore[arg-type]
