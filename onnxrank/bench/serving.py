@@ -1,4 +1,5 @@
-"""Load against rerank servers on loopback: server processes, closed-loop and open-loop load.
+"""Load against rerank, embedding and search servers on loopback: server processes, closed-loop
+and open-loop load.
 
 Everything here talks to 127.0.0.1 only, and every loop is bounded in count and in time:
 
@@ -10,6 +11,10 @@ Everything here talks to 127.0.0.1 only, and every loop is bounded in count and 
 
 Servers run as their own processes (`ServerProcess`: ``onnxrank serve``; `InfinityProcess`: the
 Infinity peer from its own virtualenv), so the load generator never shares a GIL with them.
+
+The Infinity peer is found on PATH (``infinity_emb``) unless its executable is given; this module
+names no place on any machine. It runs from its own virtualenv, so that its pinned dependencies
+cannot change this project's (INFINITY_INSTALL says how).
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from typing import Any
 
 from onnxrank._optional import require
 from onnxrank.bench.workloads import Request
-from onnxrank.cli.options import config_flags
 from onnxrank.errors import MissingDependencyError
+from onnxrank.options import config_flags
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +51,11 @@ STOP_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 POLL_S = 0.1
 ADDRESS = re.compile(r"on (http://127\.0\.0\.1:\d+) ")
-# Infinity lives in a separate virtualenv so that its pinned dependencies cannot change ours:
-# its `infinity_emb` on PATH, else this project's usual place for it.
 INFINITY_COMMAND = "infinity_emb"
-DEFAULT_INFINITY_VENV = Path("/work/infinity-venv")
+# How to install the peer into its own virtualenv VENV (then put VENV/bin on PATH, or pass
+# VENV/bin/infinity_emb to the bench): torch first, pinned, so that pip does not pick a CUDA build.
+INFINITY_INSTALL = ("python3 -m venv VENV && VENV/bin/pip install torch==2.13.0 "
+                    "&& VENV/bin/pip install 'infinity-emb[server,torch]'")
 # Infinity's and Hugging Face's telemetry and downloads off: the peer runs offline.
 OFFLINE_ENV = {"INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -79,6 +85,19 @@ def cohere_bodies(requests: Sequence[Request], model: str) -> tuple[bytes, ...]:
     return tuple(json.dumps({"model": model, "query": request.query,
                              "documents": list(request.documents),
                              "return_documents": False}).encode() for request in requests)
+
+
+def embedding_bodies(batches: Sequence[Sequence[str]], model: str) -> tuple[bytes, ...]:
+    """OpenAI embedding request bodies, float vectors (``POST /v1/embeddings`` of onnxrank,
+    ``POST /embeddings`` of Infinity)."""
+    return tuple(json.dumps({"model": model, "input": list(texts),
+                             "encoding_format": "float"}).encode() for texts in batches)
+
+
+def search_bodies(queries: Sequence[str], *, k: int, rerank: bool) -> tuple[bytes, ...]:
+    """``POST /v1/search`` bodies: hybrid search, optionally reranking the fused candidates."""
+    return tuple(json.dumps({"query": query, "k": k, "mode": "hybrid",
+                             "rerank": rerank}).encode() for query in queries)
 
 
 @dataclass
@@ -282,18 +301,22 @@ class ServerProcess(_Process):
     """``onnxrank serve`` in its own process on a free loopback port.
 
     Args:
-        model_dir: The exported model directory.
-        threads: Engine threads.
+        model_dirs: The exported model directories (rerank or embedding), served under their
+            manifests' names.
+        threads: Engine threads of the process (divided between the models).
         batching: Cross-request batching on or off.
         engine_options: EngineConfig fields the bench run sets (``--precision`` ...), passed on
             as the same flags.
+        index: An index directory for ``POST /v1/search``, or None.
         extra_args: More ``onnxrank serve`` flags.
     """
 
-    def __init__(self, model_dir: Path, *, threads: int, batching: bool,
-                 engine_options: Mapping[str, Any] | None = None,
+    def __init__(self, model_dirs: Sequence[Path], *, threads: int, batching: bool,
+                 engine_options: Mapping[str, Any] | None = None, index: Path | None = None,
                  extra_args: Sequence[str] = ()) -> None:
-        command = [sys.executable, "-m", "onnxrank", "serve", "--model", str(model_dir),
+        models = [argument for model_dir in model_dirs for argument in ("--model", str(model_dir))]
+        indexed = [] if index is None else ["--index", str(index)]
+        command = [sys.executable, "-m", "onnxrank", "serve", *models, *indexed,
                    "--host", LOOPBACK, "--port", "0", "--threads", str(threads),
                    "--batching" if batching else "--no-batching",
                    *config_flags(engine_options or {}), *extra_args]
@@ -333,30 +356,45 @@ def metric_value(text: str, name: str, **labels: str) -> float:
                                                     for key, value in labels.items())))
 
 
-def infinity_executable() -> Path:
-    """Infinity's ``infinity_emb`` command: the one on PATH, else DEFAULT_INFINITY_VENV's."""
+def infinity_executable(explicit: str | Path | None = None) -> Path:
+    """Infinity's ``infinity_emb`` command: `explicit` when given, else the one on PATH.
+
+    Raises:
+        FileNotFoundError: Neither exists; the message says how to install the peer.
+    """
+    if explicit is not None:
+        if Path(explicit).is_file():
+            return Path(explicit)
+        raise FileNotFoundError(f"Infinity's executable {explicit} does not exist; install it "
+                                f"into its own virtualenv: {INFINITY_INSTALL}")
     found = shutil.which(INFINITY_COMMAND)
-    return Path(found) if found else DEFAULT_INFINITY_VENV / "bin" / INFINITY_COMMAND
+    if found is None:
+        raise FileNotFoundError(
+            f"Infinity ({INFINITY_COMMAND}) is not on PATH; install it into its own virtualenv "
+            f"({INFINITY_INSTALL}), then put VENV/bin on PATH or give VENV/bin/{INFINITY_COMMAND} "
+            "to the bench")
+    return Path(found)
 
 
 class InfinityProcess(_Process):
     """Infinity (``infinity_emb v2``) serving a Hugging Face checkpoint directory on loopback,
-    telemetry and downloads off.
+    telemetry and downloads off (a rerank or an embedding checkpoint: Infinity finds which).
+
+    Args:
+        checkpoint_dir: The Hugging Face checkpoint (``models/<name>/checkpoint``).
+        threads: Torch threads.
+        batch_size: Infinity's batch size.
+        executable: ``infinity_emb`` to run; None: the one on PATH.
 
     Raises:
-        FileNotFoundError: Infinity's virtualenv or the checkpoint is missing (the message says
-            how to install it).
+        FileNotFoundError: Infinity or the checkpoint is missing (the message says how to
+            install Infinity).
         RuntimeError / TimeoutError: It did not start.
     """
 
-    def __init__(self, checkpoint_dir: Path, *, threads: int, batch_size: int = 32) -> None:
-        executable = infinity_executable()
-        if not executable.is_file():
-            raise FileNotFoundError(
-                f"Infinity is not on PATH nor at {executable}; install it into its own "
-                f"virtualenv: python3 -m venv {DEFAULT_INFINITY_VENV} && "
-                f"{DEFAULT_INFINITY_VENV}/bin/pip install torch==2.13.0 "
-                "'infinity-emb[server,torch]'")
+    def __init__(self, checkpoint_dir: Path, *, threads: int, batch_size: int = 32,
+                 executable: str | Path | None = None) -> None:
+        executable = infinity_executable(executable)
         if not (checkpoint_dir / "config.json").is_file():
             raise FileNotFoundError(f"could not find config.json in {checkpoint_dir}: Infinity "
                                     "needs the Hugging Face checkpoint of the model")

@@ -116,3 +116,5 @@ DOCUMENTS = [
     "and without camber, at supersonic speeds; the lift, drag and pitching moment were measured.",
 ]
 QUERY = "what is known about wing flutter at high speeds"
+# The id the tiny model is served under (its manifest's name); requests naming another model get 404.
+MODEL = "tiny-reranker"

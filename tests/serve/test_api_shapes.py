@@ -11,7 +11,7 @@ import cohere
 import httpx
 import numpy as np
 import pytest
-from serve_helpers import DOCUMENTS, QUERY, RunningServer, running_server
+from serve_helpers import DOCUMENTS, MODEL, QUERY, RunningServer, running_server
 
 from onnxrank.engine.reranker import Reranker
 from onnxrank.serve import ServeConfig
@@ -43,7 +43,7 @@ def test_cohere_v1_sdk_scores_order_top_n_documents(server: RunningServer,
     scores, order = engine_view(fp32_reranker, QUERY, DOCUMENTS)
     with cohere_sdk(server) as client:
         response = client.rerank(query=QUERY, documents=DOCUMENTS, top_n=4,
-                                 return_documents=True, model="any-name")
+                                 return_documents=True, model=MODEL)
     assert [result.index for result in response.results] == order[:4]
     np.testing.assert_allclose([result.relevance_score for result in response.results],
                                scores[order[:4]], atol=1e-6, rtol=0)
@@ -67,7 +67,7 @@ def test_cohere_v1_object_documents_and_jina_fields(server: RunningServer,
     assert response.results[0].document.id == f"doc-{order[0]}"
     # Jina's shape in the same answer: model and usage.total_tokens; no document unless asked.
     body = server.client.post("/v1/rerank", json={
-        "model": "jina-reranker-v2-base-multilingual", "query": QUERY, "documents": DOCUMENTS,
+        "model": MODEL, "query": QUERY, "documents": DOCUMENTS,
         "top_n": 2}).json()
     assert body["model"] == fp32_reranker.spec.name
     assert body["usage"]["total_tokens"] == body["meta"]["tokens"]["input_tokens"] > 0
@@ -89,7 +89,7 @@ def test_cohere_v1_rank_fields(server: RunningServer, fp32_reranker: Reranker) -
 def test_cohere_v2_sdk(server: RunningServer, fp32_reranker: Reranker) -> None:
     scores, order = engine_view(fp32_reranker, QUERY, DOCUMENTS)
     with cohere_sdk(server, version=2) as client:
-        response = client.rerank(model="rerank-v3.5", query=QUERY, documents=DOCUMENTS, top_n=3)
+        response = client.rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=3)
     assert [result.index for result in response.results] == order[:3]
     np.testing.assert_allclose([result.relevance_score for result in response.results],
                                scores[order[:3]], atol=1e-6, rtol=0)
@@ -107,7 +107,7 @@ def test_cohere_v2_max_tokens_per_doc_cuts_documents(server: RunningServer,
                    else document[: encoding.offsets[limit - 1][1]])
     scores, order = engine_view(fp32_reranker, QUERY, cut)
     with cohere_sdk(server, version=2) as client:
-        response = client.rerank(model="m", query=QUERY, documents=DOCUMENTS,
+        response = client.rerank(model=MODEL, query=QUERY, documents=DOCUMENTS,
                                  max_tokens_per_doc=limit)
     assert [result.index for result in response.results] == order
     np.testing.assert_allclose([result.relevance_score for result in response.results],
@@ -208,7 +208,7 @@ def test_cohere_sdk_sees_422_as_unprocessable(server: RunningServer) -> None:
 
 
 def test_v2_rejects_object_documents(server: RunningServer) -> None:
-    response = server.client.post("/v2/rerank", json={"model": "m", "query": "q",
+    response = server.client.post("/v2/rerank", json={"model": MODEL, "query": "q",
                                                       "documents": [{"text": "a"}]})
     assert response.status_code == 422
     assert response.json() == {"message": "`documents[0]` must be a string, got a JSON object"}
@@ -228,7 +228,7 @@ def test_tei_errors_in_tei_shape(server: RunningServer) -> None:
 
 
 def test_extra_fields_real_clients_send_are_tolerated(server: RunningServer) -> None:
-    body = {"model": "rerank-english-v3.0", "query": QUERY, "documents": DOCUMENTS[:2],
+    body = {"model": MODEL, "query": QUERY, "documents": DOCUMENTS[:2],
             "max_chunks_per_doc": 10, "rank_fields": ["text"], "priority": 0,
             "overlap_tokens": 80, "user": "someone"}
     assert server.client.post("/v1/rerank", json=body).status_code == 200
@@ -255,7 +255,7 @@ def test_size_limits_answer_413_naming_the_limit(fp32_reranker: Reranker) -> Non
         assert characters.status_code == 413
         assert characters.json()["error_type"] == "Validation"
         assert "(--max-characters)" in characters.json()["error"]
-        tokens = small.client.post("/v2/rerank", json={"model": "m", "query": "q",
+        tokens = small.client.post("/v2/rerank", json={"model": MODEL, "query": "q",
                                                        "documents": ["wing " * 40] * 2})
         assert tokens.status_code == 413 and "(--max-tokens)" in tokens.json()["message"]
         body = small.client.post("/v1/rerank", content=b" " * 30_000,
@@ -268,7 +268,7 @@ def test_a_request_larger_than_one_batch_is_split_not_refused(fp32_reranker: Rer
     assert len(many) > fp32_reranker.config.max_batch_size
     scores, order = engine_view(fp32_reranker, QUERY, many)
     with running_server(fp32_reranker, ServeConfig(port=0)) as fresh:
-        body = fresh.client.post("/v2/rerank", json={"model": "m", "query": QUERY,
+        body = fresh.client.post("/v2/rerank", json={"model": MODEL, "query": QUERY,
                                                      "documents": many}).json()
         assert [item["index"] for item in body["results"]] == order
         assert fresh.metric("onnxrank_engine_runs_total") == 1
@@ -307,11 +307,12 @@ def test_api_key(fp32_reranker: Reranker) -> None:
 def test_health_ready_models_metrics(server: RunningServer, fp32_reranker: Reranker) -> None:
     assert server.client.get("/health").json() == {"status": "ok"}
     assert server.client.get("/ready").json() == {"status": "ready",
-                                                  "model": fp32_reranker.spec.name}
+                                                  "models": [fp32_reranker.spec.name]}
     models = server.client.get("/v1/models").json()
     assert models["object"] == "list"
     assert models["data"][0]["id"] == fp32_reranker.spec.name
     assert models["data"][0]["relevance_trained"] is False
+    assert models["data"][0]["task"] == "rerank"
     server.client.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS})
     text = server.client.get("/metrics").text
     for name in ("onnxrank_requests_total", "onnxrank_request_duration_seconds_bucket",

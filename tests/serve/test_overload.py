@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from serve_helpers import DOCUMENTS, QUERY, WAIT_S, GatedEngine, RunningServer, poll, running_server
+from serve_helpers import DOCUMENTS, MODEL, QUERY, WAIT_S, GatedEngine, RunningServer, poll, running_server
 
 from onnxrank.engine.reranker import Reranker
 from onnxrank.errors import InferenceError
@@ -67,7 +67,7 @@ def test_full_queue_answers_429_with_retry_after(gated: GatedEngine,
         waiting = [pool.submit(post, server, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})
                    for _ in range(2)]
         poll(lambda: queue_depth(server) == 2, "two requests queued")
-        cohere_429 = post(server, "/v2/rerank", {"model": "m", "query": QUERY,
+        cohere_429 = post(server, "/v2/rerank", {"model": MODEL, "query": QUERY,
                                                  "documents": DOCUMENTS})
         tei_429 = post(server, "/rerank", {"query": QUERY, "texts": DOCUMENTS})
         assert cohere_429.status_code == tei_429.status_code == 429
@@ -90,7 +90,7 @@ def test_deadline_passed_while_waiting(gated: GatedEngine, pool: ThreadPoolExecu
         assert late.status_code == 503
         assert late.json()["message"].startswith("the deadline of 200 ms passed before the "
                                                  "request was scored")
-        fallback = post(server, "/v2/rerank", {"model": "m", "query": QUERY, "documents": DOCUMENTS,
+        fallback = post(server, "/v2/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS,
                                                "top_n": 3},
                         headers={"X-Deadline-Ms": "150", "X-On-Deadline": "fallback"})
         assert fallback.status_code == 200
@@ -206,7 +206,7 @@ def test_every_request_gets_exactly_one_answer(fp32_reranker: Reranker,
                                                pool: ThreadPoolExecutor) -> None:
     total = 64
     bodies = [("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS}),
-              ("/v2/rerank", {"model": "m", "query": QUERY, "documents": DOCUMENTS[:3]}),
+              ("/v2/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS[:3]}),
               ("/rerank", {"query": QUERY, "texts": DOCUMENTS[2:]})]
     with running_server(fp32_reranker, ServeConfig(port=0, max_queue=4)) as server:
         futures = [pool.submit(post, server, *bodies[index % len(bodies)]) for index in range(total)]
@@ -262,7 +262,7 @@ def test_an_engine_error_is_answered_in_each_shape_and_spares_batch_mates(
             first = hold_first_run(server, engine, pool, {"query": QUERY, "documents": DOCUMENTS})
             poisoned = pool.submit(post, server, "/rerank", {"query": "poison", "texts": ["a"]})
             healthy = pool.submit(post, server, "/v2/rerank",
-                                  {"model": "m", "query": QUERY, "documents": DOCUMENTS[:2]})
+                                  {"model": MODEL, "query": QUERY, "documents": DOCUMENTS[:2]})
             poll(lambda: queue_depth(server) == 2, "both requests to queue")
             engine.gate.set()
             assert first.result(WAIT_S).status_code == 200

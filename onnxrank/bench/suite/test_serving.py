@@ -12,16 +12,30 @@
    fresh server with the default queue: share of 429s, latency of accepted requests, memory
    before and after, and a count (client and server side) that no request was lost or answered
    twice. The test fails when one was.
+3. Embeddings: closed loop at 1, 4, 16 and 64 clients, each request 8 texts (the workload's
+   passages) in OpenAI's shape with float vectors: ``onnxrank serve`` serving the embedding model
+   (--bench-embedder; POST /v1/embeddings, "serve"), Infinity serving the same model's checkpoint
+   (POST /embeddings, "infinity"), and at 16 clients ``Embedder.embed`` in this process on the
+   texts of 16 requests at a time ("embed_inprocess"). Texts/s are reported as the harness's
+   pairs/s (one item = one text).
+4. Search: POST /v1/search (hybrid, k=10, reranking the fused top 50) at 16 clients against one
+   server holding the rerank model, the embedder and an index of the dataset (built
+   incrementally under --bench-out/retrieval-index, as the retrieval-stages scenario does):
+   p50/p99 of each search.
 
-Servers run as their own processes on 127.0.0.1. Budgets (budgets.toml): scenarios
-"serving_c1", "serving_c4", "serving_c16", "serving_c64" and "serving_overload".
+Servers run as their own processes on 127.0.0.1; Infinity from its own virtualenv, found on
+PATH or given with the pytest option --bench-infinity (install: onnxrank.bench.serving
+.INFINITY_INSTALL), reported as skipped with that command when absent. Budgets (budgets.toml):
+scenarios "serving_c1", "serving_c4", "serving_c16", "serving_c64", "serving_overload",
+"serving_embed_c16" and "serving_search_c16".
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,13 +54,17 @@ from onnxrank.bench.serving import (
     Target,
     closed_loop,
     cohere_bodies,
+    embedding_bodies,
     latency_stats,
     metric_value,
     missing_serving_dependency,
     open_loop,
+    search_bodies,
 )
 from onnxrank.bench.suite.bench_run import BenchRun
-from onnxrank.bench.workloads import Regime, Request
+from onnxrank.bench.workloads import REGIMES, Regime, Request
+from onnxrank.engine.runtime import resolve_model_dir
+from onnxrank.errors import MissingDependencyError, RerankError
 
 SCENARIO = "serving"
 CLIENT_LEVELS = (1, 4, 16, 64)
@@ -58,6 +76,10 @@ FULL_OVERLOAD_S, QUICK_OVERLOAD_S = 20.0, 2.0
 LOOP_TIME_LIMIT_S = 600.0
 # Closed-loop servers queue every client's request (64 clients): no 429 may cut a round short.
 CLOSED_LOOP_QUEUE = "128"
+
+TEXTS_PER_REQUEST = 8
+SEARCH_CLIENTS = 16
+SEARCH_K = 10
 
 # Pairs/s of "serve" at CAPACITY_CLIENTS per regime: the overload test sends twice that.
 _capacity: dict[str, float] = {}
@@ -74,27 +96,35 @@ def _per_round(bench: BenchRun, clients: int) -> int:
     return min(max(2, clients), 16) if bench.quick else max(32, 2 * clients)
 
 
+def _infinity(config: pytest.Config) -> str | None:
+    """Infinity's executable from --bench-infinity (None: the one on PATH)."""
+    value = config.getoption("--bench-infinity", None)
+    return None if value is None else str(value)
+
+
+def _start_infinity(checkpoint: Path, bench: BenchRun, config: pytest.Config) -> Any:
+    """An InfinityProcess, or why it could not start (a string)."""
+    try:
+        return InfinityProcess(checkpoint, threads=bench.threads, executable=_infinity(config))
+    except (FileNotFoundError, RuntimeError, TimeoutError) as err:
+        return f"skipped: {err}"
+
+
 class _Servers:
     """The server processes shared by the closed-loop levels, started on first use (after the
-    scenario's own checks), or why one could not start."""
+    scenario's own checks), or why one could not start.
 
-    def __init__(self, bench: BenchRun) -> None:
-        self._bench = bench
+    Args:
+        start: Builds the servers by contender name (a process, or a string saying why not).
+    """
+
+    def __init__(self, start: Callable[[], dict[str, Any]]) -> None:
+        self._start = start
         self._started: dict[str, Any] | None = None
 
     def get(self) -> dict[str, Any]:
         if self._started is None:
-            bench, args = self._bench, ("--max-queue", CLOSED_LOOP_QUEUE)
-            self._started = {}
-            for name, batching in (("serve", True), ("serve_nobatch", False)):
-                self._started[name] = ServerProcess(
-                    bench.model_dir, threads=bench.threads, batching=batching,
-                    engine_options=bench.engine_options, extra_args=args)
-            try:
-                self._started["infinity"] = InfinityProcess(bench.model_dir / "checkpoint",
-                                                            threads=bench.threads)
-            except (FileNotFoundError, RuntimeError, TimeoutError) as err:
-                self._started["infinity"] = f"skipped: {err}"
+            self._started = self._start()
         return self._started
 
     def stop(self) -> None:
@@ -104,8 +134,40 @@ class _Servers:
 
 
 @pytest.fixture(scope="module")
-def servers(bench: BenchRun) -> Iterator[_Servers]:
-    pool = _Servers(bench)
+def servers(bench: BenchRun, pytestconfig: pytest.Config) -> Iterator[_Servers]:
+    def start() -> dict[str, Any]:
+        started: dict[str, Any] = {}
+        for name, batching in (("serve", True), ("serve_nobatch", False)):
+            started[name] = ServerProcess(
+                [bench.model_dir], threads=bench.threads, batching=batching,
+                engine_options=bench.engine_options,
+                extra_args=("--max-queue", CLOSED_LOOP_QUEUE))
+        started["infinity"] = _start_infinity(bench.model_dir / "checkpoint", bench, pytestconfig)
+        return started
+
+    pool = _Servers(start)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def _embedder_dir(bench: BenchRun) -> Path:
+    return resolve_model_dir(bench.embedder_name, bench.models_dir)
+
+
+@pytest.fixture(scope="module")
+def embed_servers(bench: BenchRun, pytestconfig: pytest.Config) -> Iterator[_Servers]:
+    def start() -> dict[str, Any]:
+        model_dir = _embedder_dir(bench)
+        return {
+            "serve": ServerProcess([model_dir], threads=bench.threads, batching=True,
+                                   engine_options=bench.engine_options,
+                                   extra_args=("--max-queue", CLOSED_LOOP_QUEUE)),
+            "infinity": _start_infinity(model_dir / "checkpoint", bench, pytestconfig),
+        }
+
+    pool = _Servers(start)
     try:
         yield pool
     finally:
@@ -141,6 +203,53 @@ def _http_contender(target: Target, clients: int, per_round: int,
                      settings={**target.settings, "clients": clients})
 
 
+def _measure_closed_loop(benchmark: Any, targets: Sequence[Target],
+                         local: Sequence[Contender[int]], clients: int, per_round: int,
+                         items: Sequence[int], ratios: Sequence[tuple[str, str]],
+                         refusals_fail: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time the HTTP targets (and the in-process contenders) round by round, interleaved.
+
+    Returns:
+        Per contender its label, settings and stats (pairs/s over `items`, latencies and
+        statuses of HTTP targets); and the ratios. A target whose name starts with
+        `refusals_fail` that refuses a request fails the test.
+    """
+    results: dict[str, list[LoadResult]] = {}
+    contenders = [_http_contender(target, clients, per_round, results) for target in targets]
+    contenders.extend(local)
+    rounds = list(range(len(items)))
+    # measure_interleaved first runs rounds[0] once untimed (warm-up), then times every round.
+    timings = measure_interleaved(benchmark, contenders, rounds, items)
+    measured: dict[str, dict[str, Any]] = {}
+    for contender in contenders:
+        stats = time_stats(timings.seconds[contender.name], items)
+        loads = results.get(contender.name, [])[1:]  # without the warm-up run
+        if loads:
+            statuses: Counter[int | str] = Counter()
+            for load in loads:
+                statuses.update(load.statuses)
+            stats.update(latency_stats([value for load in loads
+                                        for value in load.accepted_latencies_s()]))
+            stats["statuses"] = {str(status): count for status, count in statuses.items()}
+            refused = {status: count for status, count in statuses.items() if status != 200}
+            if refused and contender.name.startswith(refusals_fail):
+                pytest.fail(f"{contender.name} refused closed-loop requests: {refused}")
+        measured[contender.name] = {"label": contender.label, "settings": contender.settings,
+                                    "stats": stats}
+    compared = {f"{faster}/{slower}": ratio_stats(timings.seconds[faster], timings.seconds[slower])
+                for faster, slower in ratios
+                if faster in timings.seconds and slower in timings.seconds}
+    return measured, compared
+
+
+def _started(servers: _Servers) -> tuple[dict[str, Any], dict[str, str]]:
+    """The servers that started, and why the others did not."""
+    running = {name: server for name, server in servers.get().items()
+               if not isinstance(server, str)}
+    skipped = {name: server for name, server in servers.get().items() if isinstance(server, str)}
+    return running, skipped
+
+
 @pytest.mark.parametrize("clients", CLIENT_LEVELS, ids=[f"c{level}" for level in CLIENT_LEVELS])
 def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Regime,
                              clients: int, servers: _Servers) -> None:
@@ -158,19 +267,13 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
                          "(--no-batching)",
         "infinity": "Infinity (infinity-emb, torch engine) on the same checkpoint (POST /rerank)",
     }
-    skipped: dict[str, str] = {}
-    targets = []
-    for name, server in servers.get().items():
-        if isinstance(server, str):
-            skipped[name] = server
-            continue
-        path = "/rerank" if name == "infinity" else "/v1/rerank"
-        targets.append(Target(name=name, label=labels[name], url=server.base_url + path,
-                              bodies=bodies if name != "infinity"
-                              else cohere_bodies(requests, "peer"),
-                              settings={"threads": bench.threads, "server": name}))
-    results: dict[str, list[LoadResult]] = {}
-    contenders = [_http_contender(target, clients, per_round, results) for target in targets]
+    running, skipped = _started(servers)
+    targets = [Target(name=name, label=labels[name],
+                      url=server.base_url + ("/rerank" if name == "infinity" else "/v1/rerank"),
+                      bodies=bodies if name != "infinity" else cohere_bodies(requests, "peer"),
+                      settings={"threads": bench.threads, "server": name})
+               for name, server in running.items()]
+    local: list[Contender[int]] = []
     ratios = [("serve", "serve_nobatch"), ("serve", "infinity")]
     if clients == CAPACITY_CLIENTS:
         engine = bench.engine(device)
@@ -182,37 +285,17 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
             for chunk in range(0, len(round_requests), clients):
                 engine.rerank_many(round_requests[chunk:chunk + clients])
 
-        contenders.append(Contender(
+        local.append(Contender(
             name="rerank_many", label=f"engine rerank_many in-process, chunks of {clients}",
             run=rerank_many, settings={"threads": bench.threads, "chunk": clients}))
         ratios.append(("serve", "rerank_many"))
-    # measure_interleaved first runs items[0] once untimed (warm-up), then times every item.
-    items = list(range(rounds))
     pairs = [sum(len(request.documents) for request in
-                 requests[index * per_round:(index + 1) * per_round]) for index in items]
-    timings = measure_interleaved(benchmark, contenders, items, pairs)
-    measured: dict[str, dict[str, Any]] = {}
-    for contender in contenders:
-        stats = time_stats(timings.seconds[contender.name], pairs)
-        loads = results.get(contender.name, [])[1:]  # without the warm-up run
-        if loads:
-            statuses: Counter[int | str] = Counter()
-            for load in loads:
-                statuses.update(load.statuses)
-            stats.update(latency_stats([value for load in loads
-                                        for value in load.accepted_latencies_s()]))
-            stats["statuses"] = {str(status): count for status, count in statuses.items()}
-            refused = {status: count for status, count in statuses.items() if status != 200}
-            if refused and contender.name.startswith("serve"):
-                pytest.fail(f"{contender.name} refused closed-loop requests: {refused}")
-        measured[contender.name] = {"label": contender.label, "settings": contender.settings,
-                                    "stats": stats}
+                 requests[index * per_round:(index + 1) * per_round]) for index in range(rounds)]
+    measured, compared = _measure_closed_loop(benchmark, targets, local, clients, per_round,
+                                              pairs, ratios, refusals_fail="serve")
     result = ScenarioResult(
         scenario=scenario, regime=regime.name, device=device, contenders=measured,
-        ratios={f"{faster}/{slower}": ratio_stats(timings.seconds[faster], timings.seconds[slower])
-                for faster, slower in ratios
-                if faster in timings.seconds and slower in timings.seconds},
-        skipped=skipped,
+        ratios=compared, skipped=skipped,
         workload={**bench.workload(regime, len(requests)).describe(), "clients": clients,
                   "requests_per_round": per_round, "rounds": rounds},
     )
@@ -220,6 +303,123 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
         _capacity[regime.name] = measured["serve"]["stats"]["pairs_per_s"]
         _c16_p99_ms[regime.name] = measured["serve"]["stats"].get("p99_ms", math.nan)
     bench.record(benchmark, result)
+
+
+def _text_batches(bench: BenchRun, regime: Regime) -> list[tuple[str, ...]]:
+    """Requests of TEXTS_PER_REQUEST texts: the workload's passages in order."""
+    needed = _rounds(bench) * _per_round(bench, max(CLIENT_LEVELS))
+    texts = [text for request in _requests(bench, regime) for text in request.documents]
+    return [tuple(texts[start:start + TEXTS_PER_REQUEST])
+            for start in range(0, needed * TEXTS_PER_REQUEST, TEXTS_PER_REQUEST)]
+
+
+@pytest.mark.parametrize("clients", CLIENT_LEVELS, ids=[f"c{level}" for level in CLIENT_LEVELS])
+def test_serving_embeddings(benchmark, bench: BenchRun, device: str, regime: Regime,
+                            clients: int, embed_servers: _Servers) -> None:
+    scenario = f"{SCENARIO}_embed_c{clients}"
+    _serving_regime(bench, regime, device, scenario)
+    try:
+        embedder_dir = _embedder_dir(bench)
+    except RerankError as err:
+        bench.skip_scenario(scenario, regime.name, device, str(err))
+    batches = _text_batches(bench, regime)
+    per_round = _per_round(bench, clients)
+    rounds = _rounds(bench)
+    running, skipped = _started(embed_servers)
+    labels = {
+        "serve": f"onnxrank serve ({bench.engine_label()}), cross-request batching "
+                 "(POST /v1/embeddings, float)",
+        "infinity": "Infinity (infinity-emb, torch engine) on the same checkpoint "
+                    "(POST /embeddings, float)",
+    }
+    targets = []
+    for name, server in running.items():
+        model = "peer" if name == "infinity" else server_model_name(embedder_dir)
+        path = "/embeddings" if name == "infinity" else "/v1/embeddings"
+        targets.append(Target(name=name, label=labels[name], url=server.base_url + path,
+                              bodies=embedding_bodies(batches, model),
+                              settings={"threads": bench.threads, "server": name,
+                                        "texts_per_request": TEXTS_PER_REQUEST}))
+    local: list[Contender[int]] = []
+    ratios = [("serve", "infinity")]
+    if clients == CAPACITY_CLIENTS:
+        from onnxrank.retrieval.embedder import Embedder
+
+        embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads,
+                                     **bench.engine_options)
+
+        def embed(round_index: int) -> None:
+            start = round_index * per_round
+            round_batches = batches[start:start + per_round]
+            for chunk in range(0, len(round_batches), clients):
+                embedder.embed([text for texts in round_batches[chunk:chunk + clients]
+                                for text in texts])
+
+        local.append(Contender(
+            name="embed_inprocess",
+            label=f"Embedder.embed in-process, the texts of {clients} requests per call",
+            run=embed, settings={"threads": bench.threads, "chunk": clients}))
+        ratios.append(("serve", "embed_inprocess"))
+    texts = [sum(len(texts) for texts in batches[index * per_round:(index + 1) * per_round])
+             for index in range(rounds)]
+    measured, compared = _measure_closed_loop(benchmark, targets, local, clients, per_round,
+                                              texts, ratios, refusals_fail="serve")
+    bench.record(benchmark, ScenarioResult(
+        scenario=scenario, regime=regime.name, device=device, contenders=measured,
+        ratios=compared, skipped=skipped,
+        workload={"regime": regime.name, "embedder": str(embedder_dir), "clients": clients,
+                  "texts_per_request": TEXTS_PER_REQUEST, "requests_per_round": per_round,
+                  "rounds": rounds, "items": "texts (pairs_per_s is texts/s)"},
+    ))
+
+
+def server_model_name(model_dir: Path) -> str:
+    """The id ``onnxrank serve --model DIR`` serves a model under: its manifest's name."""
+    from onnxrank.engine.spec import load_model_spec
+
+    return load_model_spec(model_dir).name
+
+
+def test_serving_search(benchmark, bench: BenchRun, device: str, regime: Regime,
+                        pytestconfig: pytest.Config) -> None:
+    scenario = f"{SCENARIO}_search_c{SEARCH_CLIENTS}"
+    _serving_regime(bench, regime, device, scenario)
+    if regime.name != "short":  # search queries come from the dataset: one regime is enough
+        bench.skip_scenario(scenario, regime.name, device, "the search level runs on short only")
+    try:
+        from onnxrank.retrieval import Embedder, build_index
+
+        embedder_dir = _embedder_dir(bench)
+        embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads)
+        index_dir = bench.out / "retrieval-index" / f"{embedder.spec.name}-{device}"
+        build_index(bench.dataset_path / "corpus.jsonl", index_dir, embedder)
+        del embedder
+    except (RerankError, MissingDependencyError) as err:
+        bench.skip_scenario(scenario, regime.name, device, str(err))
+    per_round = _per_round(bench, SEARCH_CLIENTS)
+    rounds = _rounds(bench)
+    queries = [request.query for request in
+               bench.workload(REGIMES["short"], rounds * per_round).requests]
+    server = ServerProcess([bench.model_dir, embedder_dir], threads=bench.threads,
+                           batching=True, engine_options=bench.engine_options, index=index_dir,
+                           extra_args=("--max-queue", CLOSED_LOOP_QUEUE))
+    try:
+        target = Target(name="serve_search",
+                        label=f"onnxrank serve POST /v1/search: hybrid, k={SEARCH_K}, reranking "
+                              f"the fused top 50 ({bench.engine_label()})",
+                        url=server.base_url + "/v1/search",
+                        bodies=search_bodies(queries, k=SEARCH_K, rerank=True),
+                        settings={"threads": bench.threads, "index": str(index_dir)})
+        measured, _ = _measure_closed_loop(benchmark, [target], [], SEARCH_CLIENTS, per_round,
+                                           [per_round] * rounds, [], refusals_fail="serve")
+    finally:
+        server.stop()
+    bench.record(benchmark, ScenarioResult(
+        scenario=scenario, regime=regime.name, device=device, contenders=measured,
+        workload={"dataset": bench.dataset_path.name, "clients": SEARCH_CLIENTS,
+                  "requests_per_round": per_round, "rounds": rounds, "k": SEARCH_K,
+                  "items": "searches (pairs_per_s is searches/s)"},
+    ))
 
 
 def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regime) -> None:
@@ -233,7 +433,7 @@ def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regim
     rate = OVERLOAD_FACTOR * _capacity[regime.name] / candidates
     duration = QUICK_OVERLOAD_S if bench.quick else FULL_OVERLOAD_S
     bodies = cohere_bodies(requests, bench.reference_engine.spec.name)
-    server = ServerProcess(bench.model_dir, threads=bench.threads, batching=True,
+    server = ServerProcess([bench.model_dir], threads=bench.threads, batching=True,
                            engine_options=bench.engine_options)
     try:
         url = server.base_url + "/v1/rerank"
