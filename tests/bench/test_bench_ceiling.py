@@ -27,6 +27,7 @@ from onnxrank.bench.ceiling import (
     ceiling_share,
     ceilings,
     model_shapes,
+    peak_share,
 )
 from onnxrank.bench.contenders import engine_settings
 from onnxrank.bench.flops import model_flops
@@ -167,6 +168,14 @@ def test_ceiling_share_per_precision() -> None:
     assert ceiling_share(1e11, "int8", {}, "the ceiling scenario did not run") == {
         "ceiling_precision": "int8", "ceiling_ops_per_s": None, "ceiling_share": None,
         "ceiling_note": "the ceiling scenario did not run"}
+
+
+def test_peak_share_per_precision() -> None:
+    peaks = {"int8": {"ops_per_s": 3e11}, "fp32": {"ops_per_s": None}}
+    assert peak_share(1.5e11, "int8", peaks) == {"peak_ops_per_s": 3e11, "peak_share": 0.5}
+    # no clock stated, no instruction for the precision, no precision: no share
+    for precision in ("fp32", "bf16", None):
+        assert peak_share(1e11, precision, peaks) == {"peak_ops_per_s": None, "peak_share": None}
 
 
 def test_engine_settings_hold_every_option_and_what_runs(tiny_model_dir: Path) -> None:

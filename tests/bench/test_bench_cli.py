@@ -25,9 +25,10 @@ import openvino
 import pytest
 
 from onnxrank.bench.contenders import bench_engine_options, describe_engine_options
+from onnxrank.bench.machine import classify, read_cpu
 from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
-from onnxrank.cli import build_parser, main
-from onnxrank.cli.bench_cmd import SCENARIO_FILES, parse_scenarios
+from onnxrank.cli import bench_cmd, build_parser, main
+from onnxrank.cli.bench_cmd import OPT_IN_SCENARIO_FILES, SCENARIO_FILES, parse_scenarios, scenario_files
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -141,7 +142,7 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
     assert summary["results"][0]["scenario"] == "ceiling", "the ceiling runs first"
     padding = measured[("padding", "mixed", "cpu")]
     assert set(padding["contenders"]) == {"length_sorted", "input_order", "pad_to_max",
-                                          "no_padding", "naive_ort"}
+                                          "no_padding"}
     assert padding["contenders"]["no_padding"]["settings"]["max_batch_size"] == 1
     assert {"length_sorted/pad_to_max", "length_sorted/no_padding"} <= set(padding["ratios"])
     assert padding["contenders"]["pad_to_max"]["settings"]["pad_to_multiple"] == 512
@@ -166,6 +167,19 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
                                         if name != "ort_fp32"}
     assert set(measured[("retrieval_stages", "dataset", "cpu")]["contenders"]) == {
         "lexical", "dense", "fusion", "rerank", "total"}
+    # every comparison says how many queries it took, its interval and why it stopped
+    for row in measured.values():
+        if row["scenario"] == "ceiling" or row["scenario"].startswith("serving"):
+            continue  # fixed samples and rounds, not measured by compare
+        assert row["measurement"]["stop"].startswith("all "), row["scenario"]
+        for key, ratio in row["ratios"].items():
+            assert {"n", "median", "ci_low", "ci_high", "within"} <= set(ratio), (
+                row["scenario"], key)
+    assert latency["measurement"]["stop"] == "all 2 items"
+    assert latency["measurement"]["rule"]["min_items"] == 2
+    assert latency["ratios"]["engine/st"]["n"] == 2
+    assert latency["ratios"]["engine/st"]["ci_low"] is None  # 2 queries give no 95% interval
+    assert summary["run"]["machine_class"] == classify(read_cpu().flags)
     cuda_rows = [r for r in summary["results"] if r["device"] == "cuda"]
     assert cuda_rows, "cuda rows must appear, measured or marked unavailable"
     if not HAS_CUDA:
@@ -199,8 +213,20 @@ def test_every_contender_gets_its_share_of_the_ceiling(quick_run) -> None:
             stats["effective_ops_per_s"] / ceilings[settings["precision"]]["ops_per_s"]), name
     assert latency["contenders"]["fastembed"]["settings"]["precision"] == "int8"
     assert latency["contenders"]["fastembed_fp32"]["settings"]["precision"] == "fp32"
+    peaks = summary["run"]["cpu"]["peaks"]
+    for precision, peak in peaks.items():
+        assert peak["ops_per_s"] == pytest.approx(
+            peak["cores"] * peak["clock_ghz"] * 1e9 * peak["ops_per_cycle"]), precision
+    for name, contender in latency["contenders"].items():
+        stats = contender["stats"]
+        peak = peaks.get(contender["settings"]["precision"], {}).get("ops_per_s")
+        expected = None if peak is None else stats["effective_ops_per_s"] / peak
+        assert stats["peak_share"] == pytest.approx(expected), name
     markdown = (work / DEFAULT_OUT / "summary.md").read_text()
     assert "## Hardware ceiling (GEMM, GOP/s)" in markdown
+    assert f"Machine class **{summary['run']['machine_class']}**" in markdown
+    assert re.search(r"\| fp32 \| \*\*[\d.]+\*\* \(\w+, [\w ]+\) \| [\d.]+ = \d+ cores x [\d.]+ GHz x "
+                     r"32 ops/cycle", markdown) or "fp32" not in peaks
     assert re.search(r"\| latency \| short \| cpu \| engine \| \w+ \| [\d.]+ \| [\d.]+ \| "
                      r"\*\*\d+%\*\* \|", markdown)
 
@@ -216,6 +242,13 @@ def test_quick_budgets_are_reported_not_enforced(quick_run) -> None:
     markdown = (work / DEFAULT_OUT / "summary.md").read_text()
     assert "its scores are NOT relevance scores" in markdown
     assert "| latency | short | cpu | engine: onnxrank engine (defaults) |" in markdown
+    assert re.search(r"\| latency \| short \| cpu \| engine/st \| [\d.]+ \| \*\*[\d.]+\*\* \| [\d.]+ \| "
+                     r"2 \| none: 2 too few \| no \|", markdown)
+    assert "| latency | short | cpu | 2 |" in markdown and "| all 2 items |" in markdown
+    assert re.search(r"  latency/short/cpu engine/st: [\d.]+x \[none: 2 too few\], 2 queries, "
+                     "not within ±5%", completed.stdout)
+    assert f"machine class: {classify(read_cpu().flags)} (budgets of other classes" in (
+        completed.stdout)
 
 
 def test_results_record_device_and_settings_in_extra_info(quick_run) -> None:
@@ -261,7 +294,7 @@ def test_a_full_run_enforces_budgets_and_takes_queries_threads_dataset(
                        "--out", str(out))
     assert completed.returncode == 1, completed.stdout[-4000:] + completed.stderr[-4000:]
     assert "budget broken" in completed.stdout
-    assert re.search(r"latency/short engine p50_ms\s+cpu\s+[\d.]+ ms\s+<= 0\.00 ms\s+FAIL",
+    assert re.search(r"latency/short engine p50_ms\s+cpu\s+any\s+[\d.]+ ms\s+<= 0\.00 ms\s+FAIL",
                      completed.stdout)
     assert "1 budget(s) broken" in completed.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -284,7 +317,7 @@ def test_a_quick_run_does_not_fail_on_a_broken_budget(tiny_model_dir: Path,
                        "--scenarios", "latency", "--regimes", "short", "--budgets", str(budgets),
                        "--out", str(tmp_path / "report"))
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
-    assert re.search(r"latency/short engine p50_ms\s+cpu\s+[\d.]+ ms\s+<= 0\.00 ms\s+not "
+    assert re.search(r"latency/short engine p50_ms\s+cpu\s+any\s+[\d.]+ ms\s+<= 0\.00 ms\s+not "
                      r"enforced: quick run", completed.stdout)
     assert "no enforced budget broken" in completed.stdout
 
@@ -364,7 +397,7 @@ def test_only_changed_engine_options_are_reported() -> None:
      "argument --device: unknown devices ['gpu']; choose from cpu, cuda or all (comma-separated)"),
     (["--scenarios", "latency,speed"],
      f"argument --scenarios: unknown scenarios ['speed']; choose from {', '.join(SCENARIO_FILES)} "
-     "(comma-separated) or all"),
+     f"(comma-separated) or all, and the opt-in {', '.join(OPT_IN_SCENARIO_FILES)}"),
     (["--queries", "0"], "argument --queries: must be >= 1, got 0"),
     (["--queries", "-3"], "argument --queries: must be >= 1, got -3"),
     (["--queries", "two"], "argument --queries: invalid int value: 'two'"),
@@ -416,6 +449,35 @@ def test_the_ceiling_always_runs_first() -> None:
     assert parse_scenarios("latency, sweeps") == ["ceiling", "latency", "sweeps"]
     assert parse_scenarios("sweeps,ceiling") == ["ceiling", "sweeps"]
     assert parse_scenarios("all")[0] == "ceiling"
+
+
+def test_opt_in_scenarios_run_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert {"families", "decoder"} == set(OPT_IN_SCENARIO_FILES)
+    assert not set(OPT_IN_SCENARIO_FILES) & set(parse_scenarios("all"))
+    assert "overhead" in parse_scenarios("all")
+    assert parse_scenarios("families,decoder") == ["ceiling", "families", "decoder"]
+    # A registered file that is not installed: named, an error; from `all`, left out and said so.
+    monkeypatch.setattr(bench_cmd, "SUITE_DIR", tmp_path)
+    for name in ("test_ceiling.py", "test_latency.py"):
+        (tmp_path / name).write_text("")
+    assert scenario_files(["ceiling", "latency"], explicit=True) == [
+        tmp_path / "test_ceiling.py", tmp_path / "test_latency.py"]
+    with pytest.raises(ValueError, match=re.escape(
+            f"scenario 'families' has no file test_families.py in {tmp_path}; this installation "
+            "does not ship it")):
+        scenario_files(["ceiling", "families"], explicit=True)
+    assert scenario_files(["ceiling", "overhead"], explicit=False) == [tmp_path / "test_ceiling.py"]
+    assert capsys.readouterr().out == (
+        f"onnxrank bench: scenario overhead left out: test_overhead.py is not in {tmp_path}\n")
+
+
+def test_help_names_the_opt_in_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("Opt-in, run only when named: families, decoder (they build full-size checkpoints of "
+            "other model families and take far longer than a default run)") in help_text
 
 
 def test_environment_twins_are_scoped_to_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
