@@ -17,7 +17,7 @@ from retrieval_fixtures import bow_rerank_logit
 import onnxrank.engine.reranker as engine_reranker_module
 from onnxrank import Reranker
 from onnxrank.rerankers import BackendUnavailableError, LocalReranker, NoReranker
-from onnxrank.retrieval import Embedder, Hit, HybridRetriever
+from onnxrank.retrieval import Embedder, Hit, HybridRetriever, LoadTimings
 from onnxrank.retrieval.dense import exact_search
 
 
@@ -365,3 +365,24 @@ def test_concurrent_searches_return_what_single_threaded_ones_do(
     for rounds in outcomes:
         for observed in rounds:
             assert observed == expected
+
+
+def test_preload_loads_what_the_mode_needs_once(
+    index_dir: Path, bow_reranker_dir: Path, load_events: list[str]
+) -> None:
+    retriever = HybridRetriever.open(index_dir)  # the embedder loads lazily, from the manifest
+    backend = LocalReranker(str(bow_reranker_dir))
+    try:
+        assert retriever.preload(mode="lexical") == LoadTimings()  # nothing to load, nothing timed
+        assert load_events == []
+        retriever.preload(mode="hybrid", reranker=backend)
+        retriever.preload(mode="vector", reranker=backend)
+        assert load_events == ["load embedder", "load reranker"]  # once each
+        retriever.search("heat", k=2, rerank=True, reranker=backend)
+        assert load_events[2:] == ["lexical stage", "dense stage", "rerank stage"]
+        with pytest.raises(ValueError, match=re.escape(
+            "mode must be one of vector, lexical, hybrid, got 'dense'"
+        )):
+            retriever.preload(mode="dense")
+    finally:
+        retriever.close()
