@@ -17,11 +17,12 @@ class ScoreCache:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def key(self, query: str, document: str) -> str:
-        # Length-prefixed fields: ("ab", "c") and ("a", "bc") must not collide.
-        return "".join(
-            f"{len(field)}:{field}" for field in (self._model_key, query, document)
-        )
+    def key(self, query: str, document: str, instruction: str | None = None) -> str:
+        # Length-prefixed fields: ("ab", "c") and ("a", "bc") must not collide. A decoder
+        # reranker's instruction is part of its prompt, so of the key.
+        fields = (self._model_key, query, document) if instruction is None else (
+            self._model_key, instruction, query, document)
+        return "".join(f"{len(field)}:{field}" for field in fields)
 
     def get(self, key: str) -> Entry | None:
         with self._lock:

@@ -75,6 +75,11 @@ class EngineConfig:
     window_overlap_tokens: int = field(default=64, metadata=_option(
         "tokens shared by consecutive windows with long_documents=max_chunk", kind=int,
         minimum=0))
+    instruction: str | None = field(default=None, metadata=_option(
+        "decoder rerankers (exported with --recipe): the task instruction in the prompt, e.g. "
+        "'Given a web search query, retrieve relevant passages that answer the query'; default: "
+        "the recipe's; a per-call instruction overrides it; cross-encoders take none",
+        kind=str, optional=True))
     cache_size: int = field(default=0, metadata=_option(
         "entries of the LRU score cache keyed by model, settings, query and document; 0 = off",
         kind=int, minimum=0))

@@ -18,10 +18,11 @@ from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
+from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, load_model, pad_rows, resolve_model_dir
 from onnxrank.engine.spec import ModelSpec
-from onnxrank.engine.tokenize import EncodedRow, PairEncoder
+from onnxrank.engine.tokenize import EncodedRow, PairEncoder, make_encoder
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Pair, Scores
 
@@ -63,7 +64,8 @@ class Reranker:
     """
 
     def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                 encoder: PairEncoder, tokenizer: Tokenizer, config: EngineConfig) -> None:
+                 encoder: PairEncoder | PromptEncoder, tokenizer: Tokenizer,
+                 config: EngineConfig) -> None:
         self.spec = spec
         self.model_dir = model_dir
         self.config = config
@@ -91,8 +93,8 @@ class Reranker:
             ModelLoadError: Missing/unreadable files, manifest hash mismatch, a tokenizer that
                 does not match the model, or an embedding model.
             DeviceUnavailableError: device="cuda" without a working CUDA provider.
-            ValueError: A setting is out of range, or the requested backend or precision cannot
-                run here (the message names what can).
+            ValueError: A setting is out of range, the requested backend or precision cannot
+                run here (the message names what can), or an instruction for a cross-encoder.
             TypeError: An override is not an EngineConfig field.
         """
         config = (config or EngineConfig()).with_overrides(**overrides)
@@ -119,7 +121,8 @@ class Reranker:
                 "so that one full-length row fits in a batch"
             )
         config = replace(config, max_length=max_length)
-        encoder = PairEncoder(loaded.tokenizer, max_length)
+        encoder = make_encoder(loaded.tokenizer, max_length, spec.prompt)
+        encoder.instruction_for(config.instruction)  # a cross-encoder refuses one at load
         return cls(spec, model_dir, loaded.runner, encoder, loaded.tokenizer, config)
 
     @classmethod
@@ -146,23 +149,28 @@ class Reranker:
         """The manifest's activation applied to raw logits (what `rerank` reports as score)."""
         return activate(logits, self.spec.activation)
 
-    def score(self, pairs: Sequence[Pair]) -> Scores:
+    def score(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> Scores:
         """Raw logits for (query, document) pairs, in input order.
+
+        Args:
+            pairs: (query, document) pairs.
+            instruction: Decoder rerankers: the task instruction of the prompt; None = the
+                `instruction` setting, else the recipe's default. Cross-encoders take none.
 
         Raises:
             TypeError: `pairs` is not a sequence of (str, str).
-            ValueError: An empty query.
+            ValueError: An empty query, or an instruction for a cross-encoder.
             InferenceError: The runtime failed or returned NaN/inf.
         """
-        return self.score_detailed(pairs).scores
+        return self.score_detailed(pairs, instruction=instruction).scores
 
-    def score_detailed(self, pairs: Sequence[Pair]) -> ScoreRun:
+    def score_detailed(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> ScoreRun:
         """`score`, plus token counts, stage times and the batches that ran (for servers).
 
         Raises:
             As for score.
         """
-        return self._score_pairs(check_pairs(pairs))
+        return self._score_pairs(check_pairs(pairs), self._instruction(instruction))
 
     def rerank(
         self,
@@ -173,6 +181,7 @@ class Reranker:
         activation: str | None = None,
         deadline_ms: float | None = None,
         on_error: OnError = "raise",
+        instruction: str | None = None,
     ) -> list[RankedDocument]:
         """Rank documents for a query, best first (ties keep input order).
 
@@ -187,6 +196,7 @@ class Reranker:
                 by at most one batch.
             on_error: "fallback" logs an inference error and returns the retrieval order with
                 ``reranked=False`` instead of raising.
+            instruction: Decoder rerankers: the task instruction (as for score).
 
         Returns:
             RankedDocument list, best first.
@@ -199,15 +209,16 @@ class Reranker:
         check_query(query)
         documents = check_documents(documents)
         check_rank_options(top_k, activation, deadline_ms, on_error)
+        instruction = self._instruction(instruction)
         if not documents:
             return []
         pairs = [(query, document) for document in documents]
         try:
             if deadline_ms is None:
-                run = self._score_pairs(pairs)
+                run = self._score_pairs(pairs, instruction)
                 scored = np.ones(len(pairs), dtype=bool)
             else:
-                run, scored = self._score_until(pairs, deadline_ms)
+                run, scored = self._score_until(pairs, deadline_ms, instruction)
         except InferenceError:
             if on_error == "raise":
                 raise
@@ -223,6 +234,7 @@ class Reranker:
         *,
         top_k: int | None = None,
         activation: str | None = None,
+        instruction: str | None = None,
     ) -> list[list[RankedDocument]]:
         """Rerank several (query, documents) requests in one pass; their pairs share batches.
 
@@ -233,10 +245,11 @@ class Reranker:
             ValueError, TypeError, InferenceError: As for rerank.
         """
         check_rank_options(top_k, activation, None, "raise")
+        instruction = self._instruction(instruction)
         checked = [(check_query(query), check_documents(documents))
                    for query, documents in requests]
         pairs = [(query, document) for query, documents in checked for document in documents]
-        run = self._score_pairs(pairs)
+        run = self._score_pairs(pairs, instruction)
         scores = activate(run.scores, activation or self.spec.activation)
         results, start = [], 0
         for _, documents in checked:
@@ -251,13 +264,19 @@ class Reranker:
 
     # --- stages -------------------------------------------------------------------------------
 
-    def _encode(self, pairs: Sequence[Pair]) -> list[EncodedRow]:
+    def _instruction(self, instruction: str | None) -> str | None:
+        """The instruction a call runs with: its own, else the setting, else the recipe's default
+        (None for cross-encoders, which refuse one)."""
+        return self._encoder.instruction_for(
+            instruction if instruction is not None else self.config.instruction)
+
+    def _encode(self, pairs: Sequence[Pair], instruction: str | None) -> list[EncodedRow]:
         if self.config.long_documents == "max_chunk":
             return self._encoder.encode_windows(
                 pairs, window_tokens=self.config.window_tokens,
-                overlap_tokens=self.config.window_overlap_tokens,
+                overlap_tokens=self.config.window_overlap_tokens, instruction=instruction,
             )
-        return self._encoder.encode(pairs)
+        return self._encoder.encode(pairs, instruction=instruction)
 
     def _plan(self, rows: list[EncodedRow], *, sort_by_length: bool) -> list[Batch]:
         return plan_batches(
@@ -284,7 +303,7 @@ class Reranker:
             )
         return logits
 
-    def _score_pairs(self, pairs: Sequence[Pair]) -> ScoreRun:
+    def _score_pairs(self, pairs: Sequence[Pair], instruction: str | None) -> ScoreRun:
         """Scores, spans and stage times for all pairs, using the cache when enabled."""
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
                        token_counts=np.zeros(len(pairs), dtype=np.int64),
@@ -292,7 +311,7 @@ class Reranker:
         todo = list(range(len(pairs)))
         keys: list[str] = []
         if self._cache is not None:
-            keys = [self._cache.key(query, document) for query, document in pairs]
+            keys = [self._cache.key(query, document, instruction) for query, document in pairs]
             todo = []
             for index, key in enumerate(keys):
                 hit = self._cache.get(key)
@@ -303,7 +322,7 @@ class Reranker:
         if not todo:
             return run
         started = time.perf_counter()
-        rows = self._encode([pairs[index] for index in todo])
+        rows = self._encode([pairs[index] for index in todo], instruction)
         run.tokenize_ms = (time.perf_counter() - started) * 1000
         for row in rows:
             run.token_counts[todo[row.pair_index]] += len(row.ids)
@@ -316,14 +335,15 @@ class Reranker:
                 self._cache.put(keys[index], (float(run.scores[index]), run.spans[index]))
         return run
 
-    def _score_until(self, pairs: Sequence[Pair], deadline_ms: float) -> tuple[ScoreRun, np.ndarray]:
+    def _score_until(self, pairs: Sequence[Pair], deadline_ms: float,
+                     instruction: str | None) -> tuple[ScoreRun, np.ndarray]:
         """Score in input order until the deadline; also returns which pairs got every row scored."""
         started = time.perf_counter()
         deadline = started + deadline_ms / 1000.0
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
                        token_counts=np.zeros(len(pairs), dtype=np.int64),
                        spans=[None] * len(pairs))
-        rows = self._encode(pairs)
+        rows = self._encode(pairs, instruction)
         rows_done = np.zeros(len(pairs), dtype=np.int64)
         rows_total = np.bincount([row.pair_index for row in rows], minlength=len(pairs))
         seconds_per_token = 0.0

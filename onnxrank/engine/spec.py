@@ -91,6 +91,9 @@ class ModelSpec:
     # rewrites applied to the graph before every variant was built, e.g.
     # {"cls_only_last_layer": {"applied": True, ...}}
     graph_rewrites: dict[str, Any] = field(default_factory=dict)
+    # decoder rerankers only: the prompt recipe (onnxrank.export.recipes.PromptRecipe.to_manifest);
+    # None for cross-encoders and embedding models
+    prompt: dict[str, Any] | None = None
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -12,6 +13,9 @@ from tokenizers import Encoding, Tokenizer
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.errors import ModelLoadError
 from onnxrank.types import Pair
+
+if TYPE_CHECKING:
+    from onnxrank.engine.prompt import PromptEncoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +80,17 @@ class PairEncoder:
                 encoding.truncate(self.max_query_tokens)
         return dict(zip(unique, encodings))
 
-    def encode(self, pairs: Sequence[Pair]) -> list[EncodedRow]:
+    def instruction_for(self, instruction: str | None) -> None:
+        """Cross-encoders take no instruction: None, or ValueError for any other value."""
+        if instruction is not None:
+            raise ValueError(
+                f"instruction={instruction!r:.60} applies only to decoder rerankers (models "
+                "exported with --recipe); this model is a cross-encoder: leave instruction unset"
+            )
+
+    def encode(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> list[EncodedRow]:
         """One row per pair; documents are truncated so the row fits `max_length`."""
+        self.instruction_for(instruction)
         query_encodings = self._cap_queries([query for query, _ in pairs])
         capped = {query: _text_of(query, encoding) for query, encoding in query_encodings.items()}
         encodings = self._pair_tokenizer.encode_batch_fast(
@@ -93,7 +106,8 @@ class PairEncoder:
         ]
 
     def encode_windows(
-        self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int
+        self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int,
+        instruction: str | None = None,
     ) -> list[EncodedRow]:
         """Rows for every token window of each document (with its character span).
 
@@ -101,7 +115,9 @@ class PairEncoder:
             pairs: (query, document) pairs.
             window_tokens: Document tokens per window; None fills what the query leaves free.
             overlap_tokens: Tokens shared by consecutive windows.
+            instruction: Must be None (cross-encoders take none).
         """
+        self.instruction_for(instruction)
         query_encodings = self._cap_queries([query for query, _ in pairs])
         document_encodings = self._encode_plain([document for _, document in pairs])
         rows = []
@@ -133,6 +149,23 @@ class PairEncoder:
             pair_index=index,
             span=span,
         )
+
+
+def make_encoder(tokenizer: Tokenizer, max_length: int,
+                 prompt: dict[str, Any] | None = None) -> PairEncoder | PromptEncoder:
+    """The row encoder a manifest asks for: a decoder reranker's PromptEncoder when it records a
+    prompt recipe (ModelSpec.prompt), else the cross-encoder PairEncoder.
+
+    Raises:
+        ValueError: The prompt entry is not a valid recipe.
+    """
+    if prompt is None:
+        return PairEncoder(tokenizer, max_length)
+    from onnxrank.engine.prompt import PromptEncoder  # it builds on EncodedRow from this module
+    from onnxrank.export.recipes import PromptRecipe
+
+    return PromptEncoder(tokenizer, max_length,
+                         PromptRecipe.from_dict(prompt, origin="the manifest's prompt recipe"))
 
 
 def _text_of(query: str, encoding: Encoding) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from onnxrank.engine.runtime import pad_rows
-from onnxrank.engine.tokenize import EncodedRow, PairEncoder
+from onnxrank.engine.tokenize import EncodedRow, make_encoder
 from onnxrank.errors import FidelityError
 from onnxrank.options import field_flag
 
@@ -260,15 +260,18 @@ class ValidationInputs:
 
 def encode_validation(
     pairs: Sequence[ValidationPair], tokenizer_path: Path, *, task: str, max_length: int, pad_id: int,
+    prompt: dict[str, Any] | None = None,
 ) -> ValidationInputs:
-    """Tokenize pairs the way the engine will (tokenizer.json, same truncation)."""
+    """Tokenize pairs the way the engine will (tokenizer.json, same truncation; a decoder
+    reranker's `prompt` recipe with its default instruction)."""
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     groups = [pair.group for pair in pairs]
     parts = [pair.part for pair in pairs]
     if task == "rerank":
-        rows = PairEncoder(tokenizer, max_length).encode([(p.query, p.passage) for p in pairs])
+        rows = make_encoder(tokenizer, max_length, prompt).encode(
+            [(p.query, p.passage) for p in pairs])
         return ValidationInputs(task, rows, groups, parts, [], pad_id)
     texts = list(dict.fromkeys([p.query for p in pairs] + [p.passage for p in pairs]))
     position = {text: index for index, text in enumerate(texts)}

@@ -1,0 +1,181 @@
+"""Prompt tokenization for decoder rerankers: one model row per (query, document window), built
+from the manifest's recipe (onnxrank.export.recipes).
+
+A row is ``prefix tokens + user-turn tokens + suffix tokens``, as the Qwen3-Reranker model card
+builds it: the prefix and the suffix are tokenized once, the user turn (instruction, query and
+document in the template) per pair in one Rust batch call. Only the document is cut: the prefix,
+the template's text, the instruction, the query (capped at half of what the rest leaves) and
+the suffix are always kept and count against max_length. The graph scores the
+last real token of each row, so rows are right-padded like every other model's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from onnxrank.engine.tokenize import EncodedRow
+from onnxrank.export.recipes import PromptRecipe
+from onnxrank.types import Pair
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """A pair's user turn split around the document: token ids before, of and after it."""
+
+    head: list[int]
+    document: list[int]
+    document_offsets: list[tuple[int, int]]  # character spans within the document text
+    tail: list[int]
+
+
+class PromptEncoder:
+    """Turns (query, document) pairs into decoder-reranker prompt rows, cutting only the document.
+
+    Same interface as onnxrank.engine.tokenize.PairEncoder, plus the instruction: None means the
+    recipe's default.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, recipe: PromptRecipe) -> None:
+        self._tokenizer = tokenizer
+        self.max_length = max_length
+        self.recipe = recipe
+        self._prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
+        self._suffix = tokenizer.encode(recipe.suffix, add_special_tokens=False).ids
+
+    def instruction_for(self, instruction: str | None) -> str:
+        """The instruction a call uses: its own, else the recipe's default.
+
+        Raises:
+            TypeError: `instruction` is not a str or None.
+            ValueError: `instruction` is blank.
+        """
+        if instruction is None:
+            return self.recipe.default_instruction
+        if not isinstance(instruction, str):
+            raise TypeError(f"instruction must be a str or None, got {type(instruction).__name__}")
+        if not instruction.strip():
+            raise ValueError(f"instruction must be a non-empty string or None (the recipe's "
+                             f"default), got {instruction!r}")
+        return instruction
+
+    def encode(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> list[EncodedRow]:
+        """One row per pair; documents are cut so the row fits `max_length`.
+
+        Raises:
+            ValueError: The fixed part of a prompt (recipe, instruction, capped query) leaves no
+                room for the document.
+        """
+        rows = []
+        for index, parts in enumerate(self._split(pairs, self.instruction_for(instruction))):
+            room = self._room(parts)
+            rows.append(self._row(parts, parts.document[:room], index, None))
+        return rows
+
+    def encode_windows(
+        self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int,
+        instruction: str | None = None,
+    ) -> list[EncodedRow]:
+        """Rows for every token window of each document (with its character span).
+
+        Args:
+            pairs: (query, document) pairs.
+            window_tokens: Document tokens per window; None fills what the prompt leaves free.
+            overlap_tokens: Tokens shared by consecutive windows.
+            instruction: None = the recipe's default.
+        """
+        rows = []
+        for index, ((_, text), parts) in enumerate(
+                zip(pairs, self._split(pairs, self.instruction_for(instruction)))):
+            room = self._room(parts)
+            window = room if window_tokens is None else min(window_tokens, room)
+            if len(parts.document) <= window:
+                rows.append(self._row(parts, parts.document, index, (0, len(text))))
+                continue
+            step = window - min(overlap_tokens, window - 1)
+            for start in range(0, len(parts.document), step):
+                stop = min(start + window, len(parts.document))
+                offsets = parts.document_offsets[start:stop]
+                rows.append(self._row(parts, parts.document[start:stop], index,
+                                      (offsets[0][0], offsets[-1][1])))
+                if stop == len(parts.document):
+                    break
+        return rows
+
+    def max_query_tokens(self, instruction: str | None = None) -> int:
+        """Query tokens kept: half of what the recipe and the instruction leave of max_length
+        (the document needs room; a query that long is pasted text, not a search query).
+
+        Raises:
+            ValueError: The recipe and the instruction alone leave no room.
+        """
+        empty, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
+                                      document="")
+        fixed = len(self._prefix) + len(self._suffix) + len(
+            self._tokenizer.encode(empty, add_special_tokens=False).ids)
+        if self.max_length - fixed < 2:
+            raise ValueError(
+                f"the prompt's fixed tokens ({fixed} with the recipe {self.recipe.name!r} and the "
+                f"instruction) leave no room for the query and the document in "
+                f"max_length={self.max_length}; shorten the instruction or raise max_length"
+            )
+        return (self.max_length - fixed) // 2
+
+    def _split(self, pairs: Sequence[Pair], instruction: str) -> list[_Parts]:
+        queries = self._cap_queries([query for query, _ in pairs],
+                                    self.max_query_tokens(instruction))
+        rendered = [self.recipe.render(instruction=instruction, query=queries[query],
+                                       document=document) for query, document in pairs]
+        encodings = self._tokenizer.encode_batch([text for text, _ in rendered],
+                                                 add_special_tokens=False)
+        return [_split_encoding(encoding, span) for encoding, (_, span) in zip(encodings, rendered)]
+
+    def _cap_queries(self, queries: Sequence[str], limit: int) -> dict[str, str]:
+        """Each distinct query, cut to `limit` tokens (as text)."""
+        unique = list(dict.fromkeys(queries))
+        capped = {}
+        for query, encoding in zip(unique, self._tokenizer.encode_batch(
+                unique, add_special_tokens=False)):
+            if len(encoding.ids) > limit:
+                capped[query] = query[: encoding.offsets[limit - 1][1]]
+            else:
+                capped[query] = query
+        return capped
+
+    def _room(self, parts: _Parts) -> int:
+        room = self.max_length - len(self._prefix) - len(parts.head) - len(parts.tail) \
+            - len(self._suffix)
+        # the query cap leaves at least one token; merges at the slot edges may take it back
+        return max(room, 1)
+
+    def _row(self, parts: _Parts, document: list[int], index: int,
+             span: tuple[int, int] | None) -> EncodedRow:
+        ids = np.asarray(self._prefix + parts.head + document + parts.tail + self._suffix,
+                         dtype=np.int64)
+        return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), pair_index=index, span=span)
+
+
+def _split_encoding(encoding: Encoding, span: tuple[int, int]) -> _Parts:
+    """Split a user turn's tokens at the document's character span.
+
+    A token that overlaps the document belongs to it (byte-level BPE glues the space before the
+    document to its first word), so cutting the document's tokens cuts the text the model card's
+    right truncation cuts.
+    """
+    start, stop = span
+    head: list[int] = []
+    document: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    tail: list[int] = []
+    for token, (begin, end) in zip(encoding.ids, encoding.offsets):
+        if end <= start:
+            head.append(token)
+        elif begin >= stop:
+            tail.append(token)
+        else:
+            document.append(token)
+            offsets.append((max(begin, start) - start, min(end, stop) - start))
+    return _Parts(head, document, offsets, tail)

@@ -1,0 +1,141 @@
+"""Offline Qwen3-shaped causal-LM checkpoints for decoder-reranker tests and speed runs.
+
+The Hub is unreachable here, so both sizes are random-initialised Qwen3ForCausalLM models with a
+byte-level BPE tokenizer trained on the shipped pairs with the `tokenizers` library. The tokenizer
+has Qwen's chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``</think>``,
+``<|endoftext|>``) and "yes" and "no" as single tokens, so the qwen3-reranker recipe applies as is.
+Their scores are NOT relevance scores (``relevance_trained: false`` in the marker).
+
+* ``size="tiny"``: 2 layers, hidden 64, about 400 tokens of vocabulary: tests (seconds to export).
+* ``size="qwen3-0.6b"``: the published config of Qwen/Qwen3-0.6B (28 layers, hidden 1024,
+  vocabulary 151,936, tied embeddings) with random weights: speed measurements only. Its tokenizer
+  has a smaller vocabulary than the real one, so a text takes more tokens than with Qwen's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from onnxrank._optional import require
+from onnxrank.export.standin import STANDIN_MARKER
+
+logger = logging.getLogger(__name__)
+
+DecoderSize = Literal["tiny", "qwen3-0.6b"]
+DECODER_SIZES: tuple[str, ...] = ("tiny", "qwen3-0.6b")
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
+# Qwen/Qwen3-0.6B's config.json (the published one), minus the fields transformers fills itself.
+QWEN3_06B_CONFIG: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+    "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 128, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False,
+    "hidden_act": "silu", "initializer_range": 0.02, "use_sliding_window": False,
+}
+TINY_CONFIG: dict[str, Any] = {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "max_position_embeddings": 2048, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True, "attention_bias": False, "hidden_act": "silu",
+    # wide weights so the yes/no logit gap varies across pairs (a 0.02 init gives a near-constant
+    # score, and then every fidelity number measures rounding noise)
+    "initializer_range": 0.2, "use_sliding_window": False,
+}
+TOKENIZER_VOCAB = {"tiny": 512, "qwen3-0.6b": 16000}
+# Lines of "yes" and "no" at a line start teach the BPE both words as single tokens, as the
+# model's answer follows "\n\n" without a leading space.
+ANSWER_LINES = ["yes", "no"] * 2000
+
+
+def _training_text() -> list[str]:
+    """Queries and passages of the shipped pairs, plus the answer words, as BPE training text."""
+    lines: list[str] = []
+    for name in ("validation_pairs.jsonl", "calibration_pairs.jsonl", "standin_head_pairs.jsonl"):
+        text = resources.files("onnxrank.data").joinpath(name).read_text("utf-8")
+        for line in text.splitlines():
+            if line.strip():
+                record = json.loads(line)
+                lines.extend(str(record[key]) for key in ("query", "passage") if key in record)
+    return lines + ANSWER_LINES
+
+
+def build_tokenizer(vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer (Qwen2-style pipeline) with the chat special tokens.
+
+    Returns:
+        A `tokenizers.Tokenizer`.
+
+    Raises:
+        RuntimeError: "yes" or "no" did not become single tokens (the training text changed).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(_training_text(), trainer=trainer)
+    for word in ("yes", "no"):
+        if len(tokenizer.encode(word, add_special_tokens=False).ids) != 1:
+            raise RuntimeError(f"the stand-in tokenizer splits {word!r}; it must be one token")
+    return tokenizer
+
+
+def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
+                             seed: int = 0) -> dict[str, Any]:
+    """Save a random-initialised Qwen3ForCausalLM checkpoint with its tokenizer to `out_dir`.
+
+    Args:
+        out_dir: Target directory (created).
+        size: ``tiny`` (tests) or ``qwen3-0.6b`` (Qwen3-0.6B's shape, speed runs only).
+        seed: Seed of the weights.
+
+    Returns:
+        The marker written to ``onnxrank_standin.json`` (how the checkpoint was made).
+
+    Raises:
+        ValueError: Unknown size.
+        MissingDependencyError: The ``export`` extra is not installed.
+    """
+    if size not in DECODER_SIZES:
+        raise ValueError(f"size must be one of {', '.join(DECODER_SIZES)}, got {size!r}")
+    torch = require("torch", extra="export")
+    transformers = require("transformers", extra="export")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(TOKENIZER_VOCAB[size])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        model_max_length=131072)
+    fast.save_pretrained(str(out_dir))
+    shape = QWEN3_06B_CONFIG if size == "qwen3-0.6b" else {
+        **TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)}
+    config = transformers.Qwen3Config(
+        **shape, bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
+        pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])
+    torch.manual_seed(seed)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(str(out_dir))
+    info = {
+        "builder": f"onnxrank.export.decoder_standin ({size})",
+        "size": size,
+        "seed": seed,
+        "relevance_trained": False,
+        "weights": "random (torch.manual_seed(seed)); NOT a relevance model: speed and machinery "
+                   "tests only",
+        "shape": "Qwen/Qwen3-0.6B's published config" if size == "qwen3-0.6b" else "tiny",
+        "tokenizer": f"byte-level BPE trained on the shipped pairs, "
+                     f"{tokenizer.get_vocab_size(with_added_tokens=True)} tokens",
+    }
+    (out_dir / STANDIN_MARKER).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n",
+                                          encoding="utf-8")
+    logger.info("built %s decoder stand-in in %s", size, out_dir)
+    return info
