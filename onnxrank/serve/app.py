@@ -51,10 +51,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PUBLIC_PATHS = frozenset({"/health"})
-# The error shape of each path (paths of no family answer Cohere's {"message"}).
-FAMILY_OF_PATH: dict[str, Family] = {**RERANK_PATHS, **EMBEDDING_PATHS, SEARCH_PATH: "openai",
-                                     "/v1/models": "openai"}
-KNOWN_PATHS = frozenset({*FAMILY_OF_PATH, "/health", "/ready", "/metrics"})
+# The error shape of each POST path; every other path answers its only error, the 401, in
+# Cohere's {"message"} shape, the same for a route and a missing one.
+FAMILY_OF_PATH: dict[str, Family] = {**RERANK_PATHS, **EMBEDDING_PATHS, SEARCH_PATH: "openai"}
+KNOWN_PATHS = frozenset({*FAMILY_OF_PATH, "/health", "/ready", "/metrics", "/v1/models"})
 # Cohere bills one search unit per query with up to 100 documents.
 DOCUMENTS_PER_SEARCH_UNIT = 100
 

@@ -3,7 +3,7 @@
 1. Cohere (``/v1/rerank``, ``/v2/rerank``): ``{"message": ...}``.
 2. text-embeddings-inference (``/rerank``, ``/embed``): ``{"error": ..., "error_type": ...}``
    with TEI's error types and statuses (router/src/http/server.rs), and a bare 401.
-3. OpenAI (``/v1/embeddings``, and this server's own ``/v1/search`` and ``/v1/models``):
+3. OpenAI (``/v1/embeddings``, and this server's own ``/v1/search``):
    ``{"error": {"message", "type", "param", "code"}}``, ``param`` naming the field.
 """
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import cohere
 import httpx
 import numpy as np
+import openai
 import pytest
 from serve_helpers import DOCUMENTS, MODEL, QUERY, RunningServer, running_server
 
@@ -296,6 +297,15 @@ def test_api_key(fp32_reranker: Reranker) -> None:
         assert set(answers) == {(401, b'{"message":"unauthorized"}')}
         tei = wrong.post("/rerank", json={"query": "q", "texts": ["a"]})
         assert (tei.status_code, tei.content) == (401, b"")
+        # OpenAI's routes answer in OpenAI's shape, which its SDK reads as AuthenticationError.
+        embeddings = wrong.post("/v1/embeddings", json={"input": "q"})
+        assert (embeddings.status_code, embeddings.json()) == (401, {"error": {
+            "message": "unauthorized", "type": "invalid_request_error", "param": None,
+            "code": "invalid_api_key"}})
+        bad_openai = openai.OpenAI(api_key="nope", base_url=f"{guarded.base_url}/v1",
+                                   max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad_openai.models.list()
         with cohere_sdk(guarded, api_key=key) as good:
             assert len(good.rerank(query=QUERY, documents=DOCUMENTS).results) == len(DOCUMENTS)
         with cohere_sdk(guarded, api_key="nope") as bad, pytest.raises(cohere.UnauthorizedError):
