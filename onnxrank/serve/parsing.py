@@ -182,7 +182,7 @@ def json_type(value: object) -> str:
     return "object"
 
 
-_EXPECTED = {str: "a string", bool: "a boolean", int: "an integer"}
+_EXPECTED = {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
 
 
 def optional_field(payload: Mapping[str, Any], name: str, kind: type, *,

@@ -1,7 +1,8 @@
 """Helpers of the server tests: a real server on 127.0.0.1 (uvicorn in a thread, an ephemeral
 port), polling with a timeout, and an engine a test can hold.
 
-`GatedEngine` is the real Reranker with a gate in front of ``score_detailed``: a test closes
+`GatedEngine` is the real Reranker with a gate in front of ``score_detailed`` (`GatedEmbedder`:
+the real Embedder, a gate in front of ``embed``): a test closes
 the gate to hold the engine worker inside a run, so that what queues behind it (429s, deadlines,
 disconnects, merging) is deterministic. Nothing about scoring is replaced.
 """
@@ -55,6 +56,27 @@ class GatedEngine:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reranker, name)
+
+
+class GatedEmbedder:
+    """The real Embedder; each embed call first waits for `gate` (open by default)."""
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self.gate = threading.Event()
+        self.gate.set()
+        self.runs_entered = 0
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        with self._lock:
+            self.runs_entered += 1
+        if not self.gate.wait(WAIT_S):
+            raise TimeoutError("the test never opened the gate")
+        return self._embedder.embed(texts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
 
 
 class RunningServer:

@@ -195,6 +195,8 @@ SEARCHES: list[dict[str, Any]] = [
      "filters": {"topic": ["aero", "thermal"], "year": {"gte": 1959}}},
     {"query": "operating systems and compilers", "k": 3, "rerank": True, "rerank_top_n": 4},
     {"query": "ablation heat", "k": 2, "rerank": True, "model": RERANK_ID, "depth": 6},
+    {"query": "heat flow past a plate", "k": 4, "fusion": "convex", "fusion_weight": 0.3},
+    {"query": "heat flow past a plate", "k": 4, "fusion": "rrf", "rrf_k": 10},
 ]
 
 
@@ -236,6 +238,7 @@ def test_concurrent_searches_get_the_single_thread_answers(rag_server: RunningSe
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(post, bodies))
     assert answers == expected * 6
+    assert answers[5]["fusion"] != answers[6]["fusion"]  # the fusion options reach the retriever
 
 
 def test_search_error_shapes(rag_server: RunningServer) -> None:
@@ -254,6 +257,8 @@ def test_search_error_shapes(rag_server: RunningServer) -> None:
          "model 'embedder' is an embedding model, but /v1/search needs a rerank model; use one "
          "of: ranker"),
         ({"query": "x", "k": 0}, 422, None, "k must be >= 1, got 0"),
+        ({"query": "x", "fusion_weight": "high"}, 422, "fusion_weight",
+         'field `fusion_weight` must be a number, got a JSON string ("high")'),
     ]
     for body, status, param, message in cases:
         response = rag_server.client.post("/v1/search", json=body)
