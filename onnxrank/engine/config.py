@@ -13,11 +13,11 @@ from typing import Any, Literal
 from onnxrank.types import Device
 
 Backend = Literal["auto", "onnxruntime", "openvino"]
-Precision = Literal["auto", "fp32", "opt", "int8", "fp16", "bf16"]
+Precision = Literal["auto", "fp32", "opt", "int8", "fp16", "bf16", "int8+bf16"]
 LongDocuments = Literal["truncate", "max_chunk"]
 
 BACKENDS: tuple[str, ...] = ("auto", "onnxruntime", "openvino")
-PRECISIONS: tuple[str, ...] = ("auto", "fp32", "opt", "int8", "fp16", "bf16")
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "opt", "int8", "fp16", "bf16", "int8+bf16")
 DEVICES: tuple[str, ...] = tuple(device.value for device in Device)
 LONG_DOCUMENTS: tuple[str, ...] = ("truncate", "max_chunk")
 
@@ -46,7 +46,8 @@ class EngineConfig:
         "cached)", kind=str, choices=BACKENDS))
     precision: Precision = field(default="auto", metadata=_option(
         "variant to run: fp32, opt (fused fp32), int8, fp16 (CUDA), bf16 (OpenVINO on CPUs with "
-        "BF16), or auto (the fastest variant that passed the export's fidelity gate)",
+        "BF16), int8+bf16 (OpenVINO's int8 file with the rest in bf16, CPUs with BF16), or auto "
+        "(the fastest variant that passed the export's fidelity gate)",
         kind=str, choices=PRECISIONS))
     threads: int | None = field(default=None, metadata=_option(
         "intra-op threads; default: the CPUs this process may use (affinity and cgroup quota)",
@@ -83,6 +84,12 @@ class EngineConfig:
     cache_size: int = field(default=0, metadata=_option(
         "entries of the LRU score cache keyed by model, settings, query and document; 0 = off",
         kind=int, minimum=0))
+    compile_cache: bool = field(default=True, metadata=_option(
+        "keep OpenVINO's compiled models in compile_cache_dir, so that the next process loads "
+        "one instead of compiling it again", kind=bool))
+    compile_cache_dir: str | None = field(default=None, metadata=_option(
+        "directory of the compiled-model cache; default: openvino/ in the user cache directory "
+        "($XDG_CACHE_HOME/onnxrank, else ~/.cache/onnxrank)", kind=str, optional=True))
 
     def __post_init__(self) -> None:
         if isinstance(self.device, Device):  # Device.CPU and "cpu" are the same setting

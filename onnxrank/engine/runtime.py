@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from onnxrank.engine.backends.base import Backend, ModelRunner
+from onnxrank.engine.backends.base import Backend, CompileCache, ModelRunner
 from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
 from onnxrank.engine.config import EngineConfig
@@ -40,14 +40,14 @@ logger = logging.getLogger(__name__)
 BACKENDS: dict[str, Backend] = {
     backend.name: backend for backend in (OnnxruntimeBackend(), OpenvinoBackend())
 }
-# The fidelity record of OpenVINO bf16, which runs model.onnx and so has no variant of its own.
-BF16_FIDELITY_KEY = "openvino_bf16"
 # The probe times one batch of 16 real pairs cut to 128 tokens (rerank candidates are mostly
 # passages of this size), best of 2 runs after a warm-up: about 0.1-0.3 s per candidate here.
 PROBE_PAIRS = 16
 PROBE_MAX_TOKENS = 128
 PROBE_RUNS = 2
 CHOICE_CACHE_FILE = "runtime_choices.json"
+# OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
+COMPILE_CACHE_DIR = "openvino"
 # Where model names are looked up (and `onnxrank export` writes) unless the caller says otherwise.
 DEFAULT_MODELS_DIR = "models"
 
@@ -149,6 +149,7 @@ def load_model(path: str | Path, *, task: Task, config: EngineConfig,
         ValueError: The requested backend or precision cannot run here (the message names
             what can).
     """
+    started = time.perf_counter()
     model_dir = Path(path)
     spec = load_model_spec(model_dir)
     if spec.task != task:
@@ -159,12 +160,17 @@ def load_model(path: str | Path, *, task: Task, config: EngineConfig,
         )
     device = resolve_device(config.device, ort.get_available_providers())
     try:
-        return _load_on(spec, model_dir, device, config, choice_cache)
+        loaded = _load_on(spec, model_dir, device, config, choice_cache)
     except DeviceUnavailableError as err:
         if device is not Device.CUDA or Device(config.device) is Device.CUDA:
             raise
         logger.warning("%s Falling back to CPU because device='auto'.", err)
-        return _load_on(spec, model_dir, Device.CPU, config, choice_cache)
+        loaded = _load_on(spec, model_dir, Device.CPU, config, choice_cache)
+    info = loaded.runner.with_info(load_ms=(time.perf_counter() - started) * 1000).info
+    logger.info("running %s with %s/%s on %s (%d threads, loaded in %.0f ms, compile cache %s): %s",
+                spec.name, info.backend, info.precision, info.provider, info.threads, info.load_ms,
+                info.compile_cache, info.reason)
+    return loaded
 
 
 def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineConfig,
@@ -172,15 +178,14 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
     threads = config.threads or usable_cpus()
     candidates = choose_candidates(spec, device, config.backend, config.precision)
     tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
+    opener = _Opener(spec, model_dir, device, threads, compile_cache_root(config))
     if len(candidates) == 1:
         requested = config.backend != "auto" and config.precision != "auto"
-        runner = _open(spec, model_dir, candidates[0], device, threads).with_reason(
-            "requested" if requested else "the only validated candidate here")
+        runner = opener.open(candidates[0]).with_info(
+            reason="requested" if requested else "the only validated candidate here")
     else:
-        runner = _choose_by_probe(spec, model_dir, candidates, device, threads, tokenizer,
+        runner = _choose_by_probe(spec, candidates, opener, tokenizer,
                                   choice_cache or default_choice_cache())
-    logger.info("running %s with %s/%s on %s (%d threads): %s", spec.name, runner.info.backend,
-                runner.info.precision, runner.info.provider, threads, runner.info.reason)
     return LoadedModel(spec, model_dir, runner, tokenizer)
 
 
@@ -230,13 +235,19 @@ def choose_candidates(spec: ModelSpec, device: Device, backend: str,
 def passed_gate(spec: ModelSpec, backend: str, precision: str) -> bool:
     """True when the export validated this way of running the model and it passed.
 
-    Variants in the manifest passed (the export refuses failing ones); OpenVINO bf16 runs
-    model.onnx and has its own record under the fp32 variant's fidelity.
+    1. A precision that runs its variant's file as the export gated it: True, since a variant is
+       in the manifest only if it passed (the export refuses failing ones).
+    2. A precision with a record of its own (`Backend.gate_records`: OpenVINO bf16 on
+       model.onnx, the int8 IR with bf16 for the rest): that record under its variant's
+       ``fidelity`` must say ``passed``; a manifest without it was not validated that way.
     """
-    if backend == "openvino" and precision == "bf16":
-        record = spec.variants["fp32"].fidelity.get(BF16_FIDELITY_KEY, {})
-        return bool(record.get("passed"))
-    return True
+    runtime = BACKENDS[backend]
+    key = runtime.gate_records.get(precision)
+    if key is None:
+        return True
+    variant = spec.variants.get(runtime.variants[precision])
+    record = variant.fidelity.get(key) if variant is not None else None
+    return isinstance(record, dict) and record.get("passed") is True
 
 
 def available_backends(device: Device) -> list[str]:
@@ -246,10 +257,25 @@ def available_backends(device: Device) -> list[str]:
                    for p in runtime.preference.get(device, ()))]
 
 
-def default_choice_cache() -> Path:
-    """Where probed choices are kept: $XDG_CACHE_HOME/onnxrank (else ~/.cache/onnxrank)."""
+def user_cache_dir() -> Path:
+    """onnxrank's per-user cache: $XDG_CACHE_HOME/onnxrank (else ~/.cache/onnxrank)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "onnxrank" / CHOICE_CACHE_FILE
+    return Path(base) / "onnxrank"
+
+
+def default_choice_cache() -> Path:
+    """Where probed choices are kept: runtime_choices.json in the user cache directory."""
+    return user_cache_dir() / CHOICE_CACHE_FILE
+
+
+def compile_cache_root(config: EngineConfig) -> Path | None:
+    """Where compiled models are kept: None when `config.compile_cache` is off, else
+    `config.compile_cache_dir`, else openvino/ in the user cache directory."""
+    if not config.compile_cache:
+        return None
+    if config.compile_cache_dir is not None:
+        return Path(config.compile_cache_dir).expanduser()
+    return user_cache_dir() / COMPILE_CACHE_DIR
 
 
 def machine_fingerprint(threads: int) -> dict[str, str]:
@@ -297,23 +323,22 @@ def _write_choice(path: Path, key: str, entry: dict[str, object]) -> None:
             logger.warning("could not cache the runtime choice in %s: %s", path, err)
 
 
-def _choose_by_probe(spec: ModelSpec, model_dir: Path, candidates: list[Candidate],
-                     device: Device, threads: int, tokenizer: Tokenizer,
-                     cache: Path) -> ModelRunner:
+def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Opener,
+                     tokenizer: Tokenizer, cache: Path) -> ModelRunner:
     """Open the cached choice for this machine, or time every candidate and cache the fastest."""
-    fingerprint = machine_fingerprint(threads)
-    key = _choice_key(spec, device, candidates, fingerprint)
+    fingerprint = machine_fingerprint(opener.threads)
+    key = _choice_key(spec, opener.device, candidates, fingerprint)
     cached = _read_choices(cache).get(key)
     by_label = {candidate.label: candidate for candidate in candidates}
     if cached is not None and cached.get("choice") in by_label:
-        return _open(spec, model_dir, by_label[str(cached["choice"])], device, threads).with_reason(
+        return opener.open(by_label[str(cached["choice"])]).with_info(reason=(
             f"fastest of {', '.join(by_label)} when probed on this machine at "
-            f"{cached.get('measured_at')} (cached in {cache})")
+            f"{cached.get('measured_at')} (cached in {cache})"))
     feeds = _probe_feeds(spec, tokenizer)
     timings: dict[str, float] = {}
     runners: dict[str, ModelRunner] = {}
     for candidate in candidates:
-        runner = _open(spec, model_dir, candidate, device, threads)
+        runner = opener.open(candidate)
         runner.run(feeds)  # warm-up: first runs allocate and compile kernels
         best = float("inf")
         for _ in range(PROBE_RUNS):
@@ -328,9 +353,9 @@ def _choose_by_probe(spec: ModelSpec, model_dir: Path, candidates: list[Candidat
         "choice": choice, "probe_ms": timings, "model": spec.name, "fingerprint": fingerprint,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     })
-    return runners[choice].with_reason(
+    return runners[choice].with_info(reason=(
         f"fastest when probed now ({measured}; {PROBE_PAIRS} validation pairs of at most "
-        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_RUNS}); cached in {cache}")
+        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_RUNS}); cached in {cache}"))
 
 
 def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
@@ -348,16 +373,29 @@ def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]
     return pad_rows(rows, spec.pad_token_id)
 
 
-def _open(spec: ModelSpec, model_dir: Path, candidate: Candidate, device: Device,
-          threads: int) -> ModelRunner:
-    """Verify the tokenizer's and the candidate's files against the manifest, then load them.
+@dataclass(frozen=True, slots=True)
+class _Opener:
+    """Opens candidates of one model with one load's settings."""
 
-    Only what is opened gets hashed: a cached choice opens one variant, not every candidate.
-    """
-    verify_files(spec, model_dir, [candidate.variant])
-    path = model_dir / spec.variants[candidate.variant].file
-    return BACKENDS[candidate.backend].open(path, device=device, precision=candidate.precision,
-                                            variant=candidate.variant, threads=threads)
+    spec: ModelSpec
+    model_dir: Path
+    device: Device
+    threads: int
+    compile_cache_root: Path | None
+
+    def open(self, candidate: Candidate) -> ModelRunner:
+        """Verify the tokenizer's and the candidate's files against the manifest, then load them.
+
+        Only what is opened gets hashed: a cached choice opens one variant, not every candidate.
+        """
+        verify_files(self.spec, self.model_dir, [candidate.variant])
+        variant = self.spec.variants[candidate.variant]
+        compile_cache = None if self.compile_cache_root is None else CompileCache(
+            self.compile_cache_root,
+            content_key=",".join([variant.sha256, *sorted(variant.extra_files.values())]))
+        return BACKENDS[candidate.backend].open(
+            self.model_dir / variant.file, device=self.device, precision=candidate.precision,
+            variant=candidate.variant, threads=self.threads, compile_cache=compile_cache)
 
 
 def _backend(name: str) -> Backend:

@@ -14,12 +14,13 @@ import pytest
 from onnxrank import Device, Reranker
 from onnxrank.engine import runtime
 from onnxrank.engine.backends import openvino as openvino_backend
+from onnxrank.engine.backends.openvino import BF16_FIDELITY_KEY, INT8_BF16_FIDELITY_KEY
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.runtime import (
-    BF16_FIDELITY_KEY,
     choose_candidates,
     load_model,
     pad_rows,
+    passed_gate,
     resolve_model_dir,
 )
 from onnxrank.engine.spec import load_model_spec
@@ -34,18 +35,24 @@ def labels(spec, backend: str = "auto", precision: str = "auto") -> list[str]:  
     return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)]
 
 
-def manifest_copy(model_dir: Path, tmp_path: Path, *, ov_int8: bool,
-                  bf16_passed: bool | None) -> Path:
-    """A copy of the model with or without the OpenVINO int8 variant and bf16 record."""
-    target = tmp_path / f"copy-{ov_int8}-{bf16_passed}"
+def manifest_copy(model_dir: Path, tmp_path: Path, *, ov_int8: bool, bf16_passed: bool | None,
+                  int8_bf16_passed: bool | None = None) -> Path:
+    """A copy of the model with or without the OpenVINO int8 variant and the records of OpenVINO
+    bf16 and int8+bf16 (None: no record, as in a manifest written before that gate existed)."""
+    target = tmp_path / f"copy-{ov_int8}-{bf16_passed}-{int8_bf16_passed}"
     shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("checkpoint"))
     data = json.loads((target / "manifest.json").read_text())
+    records = {BF16_FIDELITY_KEY: ("fp32", bf16_passed),
+               INT8_BF16_FIDELITY_KEY: ("ov_int8", int8_bf16_passed)}
+    for key, (variant, passed) in records.items():
+        if variant not in data["variants"]:
+            continue
+        fidelity = data["variants"][variant]["fidelity"]
+        fidelity.pop(key, None)
+        if passed is not None:
+            fidelity[key] = {"validated": True, "spearman": 0.999, "passed": passed}
     if not ov_int8:
         data["variants"].pop("ov_int8", None)
-    fidelity = data["variants"]["fp32"]["fidelity"]
-    fidelity.pop(BF16_FIDELITY_KEY, None)
-    if bf16_passed is not None:
-        fidelity[BF16_FIDELITY_KEY] = {"spearman": 0.999, "passed": bf16_passed}
     (target / "manifest.json").write_text(json.dumps(data))
     return target
 
@@ -81,8 +88,9 @@ def test_bf16_needs_the_cpu(tiny_model_dir: Path, tmp_path: Path,
     )):
         choose_candidates(spec, Device.CPU, "openvino", "bf16")
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
-    # OpenVINO's int8 and bf16 both enter the probe (which wins depends on the CPU)
-    assert labels(spec) == ["onnxruntime/int8", "openvino/int8", "openvino/bf16"]
+    # OpenVINO's int8 and bf16 both enter the probe (which wins depends on the CPU); without a
+    # record of int8+bf16 the third place goes to fp32
+    assert labels(spec) == ["onnxruntime/int8", "openvino/int8", "openvino/bf16", "openvino/fp32"]
 
 
 def test_a_failed_or_missing_gate_keeps_a_precision_out_of_auto(
@@ -185,3 +193,59 @@ def test_engine_config_rejects_unknown_and_bad_options(tiny_model_dir: Path) -> 
         EngineConfig(long_documents="split")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=re.escape("threads must be an int or None, got '2'")):
         EngineConfig(threads="2")  # type: ignore[arg-type]
+
+
+def test_int8_with_bf16_needs_the_cpu_and_its_own_passing_record(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    passed = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=True, bf16_passed=True,
+                                           int8_bf16_passed=True))
+    # the gate read is exactly variants.ov_int8.fidelity.openvino_int8_bf16
+    assert passed.variants["ov_int8"].fidelity[INT8_BF16_FIDELITY_KEY]["passed"] is True
+    assert passed_gate(passed, "openvino", "int8+bf16")
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "INT8"])
+    assert labels(passed) == ["onnxruntime/int8", "openvino/int8", "openvino/fp32"]
+    with pytest.raises(ValueError, match=re.escape(
+        "nothing can run model 'tiny-reranker' with backend='openvino', precision='int8+bf16' on "
+        "cpu: openvino/int8+bf16: this CPU has no native bf16 (OpenVINO's CPU capabilities lack "
+        "BF16)"
+    )):
+        Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino", precision="int8+bf16")
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
+    assert labels(passed) == ["onnxruntime/int8", "openvino/int8", "openvino/int8+bf16",
+                              "openvino/bf16"]
+    for record in (False, None):  # failed, or a manifest written before this gate existed
+        spec = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=True,
+                                             bf16_passed=True, int8_bf16_passed=record))
+        assert not passed_gate(spec, "openvino", "int8+bf16")
+        assert "openvino/int8+bf16" not in labels(spec)
+        assert labels(spec, "openvino", "int8+bf16") == ["openvino/int8+bf16"]  # asked for
+
+
+def test_a_record_elsewhere_is_not_the_int8_bf16_gate(tiny_model_dir: Path, tmp_path: Path) -> None:
+    directory = manifest_copy(tiny_model_dir, tmp_path, ov_int8=True, bf16_passed=None)
+    data = json.loads((directory / "manifest.json").read_text())
+    # a passing record under the wrong variant, and a "validated: false" one under the right one
+    data["variants"]["fp32"]["fidelity"][INT8_BF16_FIDELITY_KEY] = {"passed": True}
+    data["variants"]["ov_int8"]["fidelity"][INT8_BF16_FIDELITY_KEY] = {
+        "validated": False, "passed": False, "reason": "this CPU has no native bf16"}
+    (directory / "manifest.json").write_text(json.dumps(data))
+    assert not passed_gate(load_model_spec(directory), "openvino", "int8+bf16")
+
+
+def test_int8_with_bf16_runs_the_int8_file_when_asked(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Compiled with the bf16 hint: on a CPU without BF16 OpenVINO keeps f32 for the rest, so this
+    # checks the wiring (file, hint, label); the bf16 arithmetic itself needs a CPU that has it.
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
+    mixed = Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino",
+                              precision="int8+bf16", compile_cache=False)
+    int8 = Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino", precision="int8",
+                             compile_cache=False)
+    info = mixed.device_info
+    assert (info.backend, info.variant, info.precision, info.reason) == (
+        "openvino", "ov_int8", "int8+bf16", "requested")
+    assert info.model_file == int8.device_info.model_file
+    # bf16 keeps 8 bits of mantissa: on a BF16 CPU the tiny model moves by a few hundredths
+    np.testing.assert_allclose(mixed.score(PAIRS), int8.score(PAIRS), atol=0.1)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from onnxrank.errors import ModelLoadError
 from onnxrank.types import Device
 
 GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+CompileCacheState = Literal["hit", "miss", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +25,17 @@ class DeviceInfo:
         backend: ``onnxruntime`` or ``openvino``.
         provider: The execution provider or runtime device that attached.
         variant: The manifest variant whose file runs (fp32, opt, int8, fp16, ov_int8).
-        precision: What the arithmetic runs in (fp32, int8, fp16, bf16).
+        precision: What the arithmetic runs in (fp32, int8, fp16, bf16; int8+bf16 is the int8
+            file with its non-quantized ops in bf16).
         model_file: Path of the file that runs.
         runtime_version: Version of the backend's runtime package.
         threads: Intra-op threads.
         reason: Why this backend and precision run (requested, only candidate, probed, cached).
+        compile_cache: ``hit`` when the compiled model came from the compile cache, ``miss``
+            when it was compiled (and cached), ``off`` when no compile cache applies (disabled,
+            unusable, or a backend without one).
+        load_ms: Time the whole load took: manifest, hashes, tokenizer, probe when one ran,
+            compilation.
     """
 
     device: str
@@ -40,6 +47,22 @@ class DeviceInfo:
     runtime_version: str
     threads: int
     reason: str = ""
+    compile_cache: CompileCacheState = "off"
+    load_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompileCache:
+    """Where a backend may keep compiled models across processes.
+
+    Attributes:
+        root: The cache directory (created on first use).
+        content_key: The manifest's sha256 of the file and its extra files: a re-exported model
+            never reads the entries of the old one.
+    """
+
+    root: Path
+    content_key: str
 
 
 class ModelRunner(ABC):
@@ -65,11 +88,9 @@ class ModelRunner(ABC):
             InferenceError: The runtime failed.
         """
 
-    def with_reason(self, reason: str) -> ModelRunner:
-        """This runner, its DeviceInfo saying why it was chosen."""
-        from dataclasses import replace
-
-        self.info = replace(self.info, reason=reason)
+    def with_info(self, **changes: Any) -> ModelRunner:
+        """This runner, with DeviceInfo fields replaced (why it was chosen, how long it loaded)."""
+        self.info = replace(self.info, **changes)
         return self
 
 
@@ -83,12 +104,17 @@ class Backend(ABC):
             hardware.
         auto_candidates: How many of the first runnable preferred precisions enter the
             ``auto`` probe, which times them on the machine itself.
+        gate_records: precision -> the key of its own fidelity record under its variant's
+            ``fidelity`` in the manifest, for precisions that run the variant's file differently
+            from how the variant's gate measured it (OpenVINO bf16 on model.onnx). Such a
+            precision enters ``auto`` only when that record says it passed.
     """
 
     name: ClassVar[str]
     variants: ClassVar[dict[str, str]]
     preference: ClassVar[dict[Device, tuple[str, ...]]]
     auto_candidates: ClassVar[int] = 1
+    gate_records: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def unavailable_reason(self, device: Device, precision: str) -> str | None:
@@ -96,8 +122,8 @@ class Backend(ABC):
 
     @abstractmethod
     def open(self, path: Path, *, device: Device, precision: str, variant: str,
-             threads: int) -> ModelRunner:
-        """Load one file.
+             threads: int, compile_cache: CompileCache | None = None) -> ModelRunner:
+        """Load one file; a backend that compiles may keep the result in `compile_cache`.
 
         Raises:
             ModelLoadError: The file cannot be loaded.

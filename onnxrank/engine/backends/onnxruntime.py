@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from onnxrank.engine.backends.base import Backend, DeviceInfo, ModelRunner
+from onnxrank.engine.backends.base import Backend, CompileCache, DeviceInfo, ModelRunner
 from onnxrank.engine.devices import CPU_PROVIDER, CUDA_PROVIDER, cuda_missing_message
 from onnxrank.errors import DeviceUnavailableError, InferenceError, ModelLoadError
 from onnxrank.types import Device
@@ -81,7 +81,8 @@ class OnnxruntimeBackend(Backend):
         return None
 
     def open(self, path: Path, *, device: Device, precision: str, variant: str,
-             threads: int) -> ModelRunner:
+             threads: int, compile_cache: CompileCache | None = None) -> ModelRunner:
+        # onnxruntime keeps no compiled model between processes: compile_cache stays "off"
         providers = [CUDA_PROVIDER, CPU_PROVIDER] if device is Device.CUDA else [CPU_PROVIDER]
         with _build_lock:
             try:

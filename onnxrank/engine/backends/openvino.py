@@ -6,7 +6,11 @@ plugin, lists the CPU device on AMD machines too; so this is the one OpenVINO pa
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,15 +18,27 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.engine.backends.base import Backend, DeviceInfo, ModelRunner
+from onnxrank.engine.backends.base import (
+    Backend,
+    CompileCache,
+    CompileCacheState,
+    DeviceInfo,
+    ModelRunner,
+)
+from onnxrank.engine.devices import cpu_model
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
 
 # precision -> OpenVINO's inference precision hint. OpenVINO would pick bf16 by itself on CPUs
-# that have it, so fp32 must say f32 explicitly.
-PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
+# that have it, so fp32 and int8 must say f32 explicitly. "int8+bf16" is the int8 IR with its
+# non-quantized ops (attention, softmax, layer norm, adds) in bf16.
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32", "int8+bf16": "bf16"}
+# The export's fidelity records of the precisions that run a variant's file differently from how
+# its own gate measured it: under variants.fp32.fidelity and variants.ov_int8.fidelity.
+BF16_FIDELITY_KEY = "openvino_bf16"
+INT8_BF16_FIDELITY_KEY = "openvino_int8_bf16"
 
 _core_lock = threading.Lock()
 _core: Any = None
@@ -76,13 +92,14 @@ class OpenvinoRunner(ModelRunner):
 
 
 class OpenvinoBackend(Backend):
-    """OpenVINO's CPU plugin on model.onnx (f32, bf16) and the NNCF int8 IR (ov_int8)."""
+    """OpenVINO's CPU plugin on model.onnx (f32, bf16) and the NNCF int8 IR (int8, int8+bf16)."""
 
     name = "openvino"
-    variants = {"fp32": "fp32", "bf16": "fp32", "int8": "ov_int8"}
-    preference = {Device.CPU: ("int8", "bf16", "fp32")}
-    # int8 and bf16 trade places with the CPU (VNNI vs AVX-512 BF16 vs AMX): time both
-    auto_candidates = 2
+    variants = {"fp32": "fp32", "bf16": "fp32", "int8": "ov_int8", "int8+bf16": "ov_int8"}
+    preference = {Device.CPU: ("int8", "int8+bf16", "bf16", "fp32")}
+    # int8, int8+bf16 and bf16 trade places with the CPU (VNNI vs AVX-512 BF16 vs AMX): time them
+    auto_candidates = 3
+    gate_records = {"bf16": BF16_FIDELITY_KEY, "int8+bf16": INT8_BF16_FIDELITY_KEY}
 
     def unavailable_reason(self, device: Device, precision: str) -> str | None:
         if device is not Device.CPU:
@@ -95,14 +112,13 @@ class OpenvinoBackend(Backend):
         core = openvino_core()
         if "CPU" not in core.available_devices:
             return f"OpenVINO lists no CPU device here (devices: {core.available_devices})"
-        if precision == "bf16" and "BF16" not in cpu_capabilities():
+        if PRECISION_HINTS[precision] == "bf16" and "BF16" not in cpu_capabilities():
             return "this CPU has no native bf16 (OpenVINO's CPU capabilities lack BF16)"
         return None
 
     def open(self, path: Path, *, device: Device, precision: str, variant: str,
-             threads: int) -> ModelRunner:
+             threads: int, compile_cache: CompileCache | None = None) -> ModelRunner:
         openvino = require("openvino", extra="openvino")
-        core = openvino_core()
         config = {
             "INFERENCE_NUM_THREADS": threads,
             "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision],
@@ -110,13 +126,71 @@ class OpenvinoBackend(Backend):
             "PERFORMANCE_HINT": "LATENCY",
             "NUM_STREAMS": 1,
         }
-        try:
-            compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
-        except Exception as err:  # OpenVINO raises RuntimeError without a type of its own
-            raise ModelLoadError(f"OpenVINO could not load {path}: {err}") from err
+        compiled, cache_state = compile_cached(path, config, compile_cache)
         info = DeviceInfo(
             device=Device.CPU.value, backend=self.name, provider="OpenVINO CPU", variant=variant,
             precision=precision, model_file=str(path), runtime_version=openvino.__version__,
-            threads=threads,
+            threads=threads, compile_cache=cache_state,
         )
         return OpenvinoRunner(compiled, info)
+
+
+def compile_cached(path: Path, config: dict[str, Any],
+                   cache: CompileCache | None) -> tuple[Any, CompileCacheState]:
+    """Compile `path` for the CPU, through OpenVINO's compiled-model cache when there is one.
+
+    Each (file content, path, settings, OpenVINO version, CPU) gets its own entry directory under
+    the cache root, so two models or versions never share one, and OpenVINO's CACHE_DIR points
+    at that entry:
+
+    1. No cache: compile ("off").
+    2. The entry exists: compile through it; "hit" when OpenVINO imported the blob, else "miss"
+       (OpenVINO found it unusable, recompiled and rewrote it).
+    3. No entry yet: compile into a private staging directory, renamed into place once the blob
+       is complete ("miss"), so no process ever sees a half-written entry. When another process
+       published the same entry first, ours is dropped.
+    4. A cache that cannot be used (not a directory, not writable, OpenVINO failing through it)
+       is logged and the model compiled without it ("off").
+
+    Raises:
+        ModelLoadError: OpenVINO cannot compile the file even without the cache.
+    """
+    core = openvino_core()
+    if cache is not None:
+        entry = cache.root / _entry_name(path, config, cache.content_key)
+        try:
+            if entry.is_dir():
+                compiled = core.compile_model(str(path), "CPU", {**config, "CACHE_DIR": str(entry)})
+                return compiled, "hit" if compiled.get_property("LOADED_FROM_CACHE") else "miss"
+            cache.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial",
+                                            dir=cache.root))
+            try:
+                compiled = core.compile_model(str(path), "CPU",
+                                              {**config, "CACHE_DIR": str(staging)})
+                _publish(staging, entry)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)  # still there only if not published
+            return compiled, "miss"
+        except Exception as err:  # OSError, or OpenVINO's untyped RuntimeError
+            logger.warning("OpenVINO compile cache %s not used for %s: %s", cache.root, path, err)
+    try:
+        return core.compile_model(str(path), "CPU", config), "off"
+    except Exception as err:  # OpenVINO raises RuntimeError without a type of its own
+        raise ModelLoadError(f"OpenVINO could not load {path}: {err}") from err
+
+
+def _publish(staging: Path, entry: Path) -> None:
+    try:
+        staging.rename(entry)
+    except OSError:  # another process published the same entry first: theirs stays
+        pass
+
+
+def _entry_name(path: Path, config: dict[str, Any], content_key: str) -> str:
+    # OpenVINO keys its blobs by the file's absolute path and the settings, so the path is part
+    # of the entry; the content key keeps a re-exported file at the same path out of it.
+    material = json.dumps([content_key, str(path.resolve()), config,
+                           require("openvino", extra="openvino").__version__,
+                           cpu_model()], sort_keys=True, default=str)
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
