@@ -127,8 +127,8 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
                                                  for r in capped) if capped else "") + "."]
     lines += ["", "## Budgets", ""]
     lines += _table(
-        ["budget", "device", "measured", "allowed", "verdict"],
-        [[v.budget.describe(v.regime), v.device,
+        ["budget", "device", "machine class", "measured", "allowed", "verdict"],
+        [[v.budget.describe(v.regime), v.device, ", ".join(v.budget.machine_classes) or "any",
           "-" if v.measured is None else f"{v.measured:.2f}",
           f"{'>=' if v.is_floor else '<='} {v.allowed:.2f}", v.verdict]
          for v in verdicts],
@@ -140,11 +140,12 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     return "\n".join(lines) + "\n"
 
 
-def interval_text(stats: dict[str, Any], scale: float = 1.0) -> str:
-    """"1.92-2.10" for a median's confidence interval (times `scale`), or why there is none."""
+def interval_text(stats: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:
+    """"1.92-2.10" for a median's confidence interval (times `scale`, then `unit`), or why there
+    is none."""
     if stats.get("ci_low") is None:
         return f"none: {stats['n']} too few"
-    return f"{stats['ci_low'] * scale:.2f}-{stats['ci_high'] * scale:.2f}"
+    return f"{stats['ci_low'] * scale:.2f}-{stats['ci_high'] * scale:.2f}{unit}"
 
 
 def ratio_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
@@ -165,7 +166,7 @@ def stop_text(result: ScenarioResult) -> str:
     if median is None:
         return str(measurement["stop"])
     return (f"{measurement['stop']}; median {median['median'] * 1000:.1f} ms per item, "
-            f"interval {interval_text(median, 1000.0)} ms")
+            f"interval {interval_text(median, 1000.0, ' ms')}")
 
 
 def _ops(value: float | None) -> str:

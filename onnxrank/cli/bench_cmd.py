@@ -257,7 +257,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMMAND, "--scenarios", default=ALL_SCENARIOS,
              type=_checked(parse_scenarios),
              help=f"scenario groups, comma-separated: {', '.join(SCENARIO_FILES)}; or "
-                  f"{ALL_SCENARIOS} (those). Opt-in, run only when named: "
+                  f"{ALL_SCENARIOS} (those). Run only when named, never by {ALL_SCENARIOS}: "
                   f"{', '.join(OPT_IN_SCENARIO_FILES)} (they build full-size checkpoints of "
                   "other model families and take far longer than a default run). The ceiling "
                   "always runs, first")

@@ -476,7 +476,7 @@ def test_help_names_the_opt_in_scenarios(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert ("Opt-in, run only when named: families, decoder (they build full-size checkpoints of "
+    assert ("Run only when named, never by all: families, decoder (they build full-size checkpoints of "
             "other model families and take far longer than a default run)") in help_text
 
 
