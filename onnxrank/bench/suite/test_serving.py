@@ -306,10 +306,11 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
 
 
 def _text_batches(bench: BenchRun, regime: Regime) -> list[tuple[str, ...]]:
-    """Requests of TEXTS_PER_REQUEST texts: the workload's passages in order."""
+    """Requests of TEXTS_PER_REQUEST texts: the workload's passages in order (again from the
+    first when a small workload has fewer)."""
     needed = _rounds(bench) * _per_round(bench, max(CLIENT_LEVELS))
     texts = [text for request in _requests(bench, regime) for text in request.documents]
-    return [tuple(texts[start:start + TEXTS_PER_REQUEST])
+    return [tuple(texts[(start + offset) % len(texts)] for offset in range(TEXTS_PER_REQUEST))
             for start in range(0, needed * TEXTS_PER_REQUEST, TEXTS_PER_REQUEST)]
 
 
