@@ -71,6 +71,8 @@ def plan_batches(
     if not sort_by_length:
         return _cut_greedily(np.arange(len(row_lengths)), padded, max_batch_tokens, max_batch_size)
     order = np.argsort(row_lengths, kind="stable")
+    if batch_overhead_tokens == 0:
+        return _cut_by_length(order, padded[order], max_batch_tokens, max_batch_size)
     return _cut_optimally(order, padded[order], max_batch_tokens, max_batch_size,
                           batch_overhead_tokens)
 
@@ -89,6 +91,30 @@ def _cut_greedily(
         longest = candidate
     if start < len(order):
         batches.append(Batch(rows=order[start:], padded_length=longest))
+    return batches
+
+
+def _cut_by_length(
+    order: NDArray[np.intp], sorted_padded: NDArray[np.int64], max_batch_tokens: int,
+    max_batch_size: int,
+) -> list[Batch]:
+    """`_cut_optimally`'s plan when runs cost nothing, without its per-row loop (CPU queries).
+
+    Joining rows of different padded lengths always adds padding, so the cheapest plan runs each
+    padded length on its own, in as few batches as the caps allow. Within a length every cut
+    costs the same; like the dynamic programme (which keeps the largest last batch among equal
+    costs), full batches are cut from the end and the remainder runs first.
+    """
+    batches: list[Batch] = []
+    starts = np.flatnonzero(np.diff(sorted_padded, prepend=-1)).tolist()
+    for start, end in zip(starts, [*starts[1:], len(order)]):
+        length = int(sorted_padded[start])
+        rows = min(max_batch_size, max(1, max_batch_tokens // length))
+        remainder = (end - start) % rows
+        bounds = [start, *range(start + remainder, end, rows)] if remainder else \
+            list(range(start, end, rows))
+        batches += [Batch(rows=order[first:last], padded_length=length)
+                    for first, last in zip(bounds, [*bounds[1:], end])]
     return batches
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -381,3 +381,26 @@ class Reranker:
             self.config.window_tokens, self.config.window_overlap_tokens,
         )
         return "|".join(str(setting) for setting in settings)
+
+
+def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], None]:
+    """The padded batches `reranker.score(pairs)` would run, fed straight to its runtime per call.
+
+    Tokenization, batch planning and padding happen once, here; the returned function only runs
+    those batches through the runner, as the engine does. The bench's overhead scenario times it
+    against `rerank` to measure what the engine adds to the runtime's own time.
+
+    Raises:
+        TypeError, ValueError: As for `Reranker.score`.
+    """
+    rows = reranker._encode(check_pairs(pairs), reranker._instruction(None))
+    feeds = [pad_rows([rows[index] for index in batch.rows], reranker.spec.pad_token_id,
+                      batch.padded_length)
+             for batch in reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)]
+    run = reranker._runner.run
+
+    def run_batches() -> None:
+        for feed in feeds:
+            run(feed)
+
+    return run_batches

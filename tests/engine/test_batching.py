@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from onnxrank.engine.batching import plan_batches, round_up, run_overhead_tokens
+from onnxrank.engine.batching import _cut_optimally, plan_batches, round_up, run_overhead_tokens
 
 
 def greedy_oracle(lengths: list[int], budget: int, cap: int, multiple: int) -> list[list[int]]:
@@ -68,6 +68,24 @@ def test_sorted_plan_is_optimal(seed: int) -> None:
     assert cost == cheapest_cost(lengths, budget, cap, multiple, overhead)
     rows = [row for batch in batches for row in batch.rows.tolist()]
     assert rows == sorted(range(len(lengths)), key=lambda row: (lengths[row], row))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_free_runs_plan_the_same_batches_as_the_dynamic_programme(seed: int) -> None:
+    # With no per-run charge (CPU) the planner groups equal padded lengths without the dynamic
+    # programme's loop: the very same batches, so scores cannot depend on which path ran.
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 513, size=int(rng.integers(1, 300))).tolist()
+    budget = int(rng.choice([512, 2048, 8192, 100_000]))
+    cap = int(rng.choice([1, 3, 7, 64, 1000]))
+    multiple = int(rng.choice([1, 8, 16]))
+    fast = plan_batches(lengths, max_batch_tokens=budget, max_batch_size=cap,
+                        pad_to_multiple=multiple, batch_overhead_tokens=0)
+    order = np.argsort(lengths, kind="stable")
+    padded = np.array([round_up(length, multiple) for length in lengths], dtype=np.int64)
+    slow = _cut_optimally(order, padded[order], budget, cap, 0)
+    assert [(batch.rows.tolist(), batch.padded_length) for batch in fast] == \
+        [(batch.rows.tolist(), batch.padded_length) for batch in slow]
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -12,6 +12,7 @@ import pytest
 
 from onnxrank import RankedDocument, Reranker
 from onnxrank.engine.ranking import fallback_ranking
+from onnxrank.engine.reranker import inference_only
 from onnxrank.errors import InferenceError
 
 # onnxruntime's CPU EP named explicitly: with backend="auto" a machine probe picks the runtime
@@ -270,9 +271,9 @@ def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: 
     calls = {"encode": 0, "run": 0}
     encode, run = cached._encoder.encode, cached._runner.run
 
-    def counting_encode(pairs):  # type: ignore[no-untyped-def]
+    def counting_encode(pairs, **options):  # type: ignore[no-untyped-def]
         calls["encode"] += 1
-        return encode(pairs)
+        return encode(pairs, **options)
 
     def counting_run(batch):  # type: ignore[no-untyped-def]
         calls["run"] += 1
@@ -410,3 +411,31 @@ def test_score_detailed_reports_what_ran(fp32: Reranker) -> None:
     np.testing.assert_array_equal(run.token_counts, expected)
     assert sum(rows for rows, _ in run.batches) == len(pairs)
     assert all(length % fp32.config.pad_to_multiple == 0 for _, length in run.batches)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_inference_only_runs_the_batches_score_runs(tiny_model_dir: Path, backend: str) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend=backend, precision="fp32",
+                                 max_batch_tokens=512, max_batch_size=3)
+    fed: list[dict[str, np.ndarray]] = []
+    run = reranker._runner.run
+
+    def recording_run(feeds):  # type: ignore[no-untyped-def]
+        fed.append({name: array.copy() for name, array in feeds.items()})
+        return run(feeds)
+
+    reranker._runner.run = recording_run  # type: ignore[method-assign]
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    detailed = reranker.score_detailed(pairs)
+    by_score, fed = fed, []
+    replay = inference_only(reranker, pairs)
+    assert fed == []  # preparing runs nothing
+    replay()
+    replay()
+    assert len(by_score) == len(detailed.batches) > 1
+    assert [feeds["input_ids"].shape for feeds in by_score] == detailed.batches
+    assert len(fed) == 2 * len(by_score)
+    for expected, got in zip(by_score * 2, fed):
+        assert expected.keys() == got.keys()
+        for name in expected:
+            np.testing.assert_array_equal(got[name], expected[name])
