@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from onnxrank._optional import require
 from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import (
     add_config_options,
@@ -26,6 +29,7 @@ EPILOG = """examples:
   onnxrank serve --model minilm-standin                      # http://127.0.0.1:8080
   onnxrank serve --model minilm-standin --model minilm-embedder --index indexes/docs
   onnxrank serve --model reranker=minilm-standin --model embedder=minilm-embedder --threads 2
+  onnxrank serve --models-file models.toml --index indexes/docs
   onnxrank serve --model minilm-standin --port 9000 --api-key "$KEY" --max-queue 64
   ONNXRANK_SERVE_PORT=9000 ONNXRANK_THREADS=2 onnxrank serve
 
@@ -38,9 +42,28 @@ POST /v1/embeddings (OpenAI), POST /embed (TEI), POST /v1/search (with --index),
 which); clients pick one by its id in the request's `model` field (default: the first of the
 endpoint's task). --threads is the process's total: it is divided evenly between the models
 (and the index's own query embedder when no served model built the index), the first ones
-getting the remainder, at least 1 each. SIGTERM stops accepting, finishes what is queued, then
-exits. See docs/serve.md.
+getting the remainder, at least 1 each; a model given `threads` in --models-file keeps them and
+the others share the rest. SIGTERM stops accepting, finishes what is queued, then exits. See
+docs/serve.md.
+
+--models-file is TOML, one [[model]] table per model:
+  [[model]]
+  id = "reranker"              # optional; default: the manifest's name
+  model = "minilm-standin"     # a name under --models-dir, or a model directory
+  threads = 1                  # optional; default: its share of --threads
 """
+MODEL_FILE_KEYS = ("id", "model", "threads")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """One model to serve: its id (None: the manifest's name), where it is, and its threads
+    (None: a share of the process's)."""
+
+    model_id: str | None
+    model: str
+    threads: int | None = None
+
 
 
 class _ModelEntries(argparse.Action):
@@ -76,6 +99,72 @@ def thread_shares(total: int, engines: int) -> list[int]:
     return [max(1, base + (1 if index < remainder else 0)) for index in range(engines)]
 
 
+def read_models_file(path: Path) -> list[ModelEntry]:
+    """The [[model]] tables of a --models-file (see EPILOG).
+
+    Raises:
+        ValueError: Not TOML, no [[model]] table, an unknown key, a missing or non-string
+            `model`, a non-string `id`, or `threads` not a positive integer; the message names
+            the file and the table.
+    """
+    tomllib = require("tomllib" if sys.version_info >= (3, 11) else "tomli", extra="serve")
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as err:
+        raise ValueError(f"--models-file {path} cannot be read: {err}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"--models-file {path} is not valid TOML: {err}") from err
+    tables = document.get("model")
+    if not isinstance(tables, list) or not tables:
+        raise ValueError(f"--models-file {path} has no [[model]] table; write one per model with "
+                         "`model = \"NAME_OR_DIR\"`")
+    entries = []
+    for number, table in enumerate(tables, 1):
+        where = f"--models-file {path}, [[model]] number {number}"
+        unknown = sorted(set(table) - set(MODEL_FILE_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {', '.join(unknown)}; allowed: "
+                             f"{', '.join(MODEL_FILE_KEYS)}")
+        model, model_id, threads = table.get("model"), table.get("id"), table.get("threads")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"{where}: `model` must be a model name or directory, got "
+                             f"{model!r}")
+        if model_id is not None and (not isinstance(model_id, str) or not model_id.strip()):
+            raise ValueError(f"{where}: `id` must be a non-empty string, got {model_id!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise ValueError(f"{where}: `threads` must be a positive integer, got {threads!r}")
+        entries.append(ModelEntry(model_id, model, threads))
+    return entries
+
+
+def model_entries(args: argparse.Namespace) -> list[ModelEntry]:
+    """The models to serve: --models-file's, else the --model entries.
+
+    Raises:
+        ValueError: Both --models-file and --model on the command line, or a bad entry.
+    """
+    if args.models_file is not None:
+        if isinstance(args.model, list):
+            raise ValueError("give the models either with --model or in --models-file, not both")
+        return read_models_file(args.models_file)
+    entries = args.model if isinstance(args.model, list) else [args.model]
+    return [ModelEntry(*split_model_entry(entry)) for entry in entries]
+
+
+def engine_threads(fixed: list[int | None], total: int | None, available: int) -> list[int | None]:
+    """Threads of each engine: a fixed count where given, else a share of what the fixed ones
+    leave of `total` (None: `available`, the usable CPUs). A lone engine without a fixed count
+    keeps None: the engine's own default, every usable CPU."""
+    if fixed == [None]:
+        return [total]
+    free = [index for index, threads in enumerate(fixed) if threads is None]
+    left = (total or available) - sum(threads for threads in fixed if threads is not None)
+    shares = iter(thread_shares(max(left, 1), len(free)) if free else [])
+    return [threads if threads is not None else next(shares) for threads in fixed]
+
+
 def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """The engines named by --model (by id) and the retriever of --index (or None).
 
@@ -90,12 +179,10 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     from onnxrank.engine.spec import load_model_spec
     from onnxrank.retrieval.embedder import Embedder
 
-    entries = args.model if isinstance(args.model, list) else [args.model]
     located = []
-    for entry in entries:
-        model_id, name = split_model_entry(entry)
-        model_dir = resolve_model_dir(name, args.models_dir)
-        located.append((model_id, model_dir, load_model_spec(model_dir)))
+    for entry in model_entries(args):
+        model_dir = resolve_model_dir(entry.model, args.models_dir)
+        located.append((entry, model_dir, load_model_spec(model_dir)))
     index_manifest = None
     if args.index is not None:
         from onnxrank.retrieval.hybrid import load_index_manifest
@@ -110,14 +197,13 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     own_embedder = index_hash is not None and not any(
         spec.task == "embedding" and spec.manifest_hash() == index_hash for _, _, spec in located)
     options = engine_overrides(args)
-    count = len(located) + (1 if own_embedder else 0)
-    shares = ([options.get("threads")] * count if count == 1
-              else thread_shares(options.get("threads") or usable_cpus(), count))
+    fixed = [entry.threads for entry, _, _ in located] + ([None] if own_embedder else [])
+    shares = engine_threads(fixed, options.get("threads"), usable_cpus())
     engines: dict[str, Any] = {}
-    for (model_id, model_dir, spec), threads in zip(located, shares):
+    for (entry, model_dir, spec), threads in zip(located, shares):
         kind = Reranker if spec.task == "rerank" else Embedder
         engine = kind.from_dir(model_dir, **{**options, "threads": threads})
-        name = model_id or spec.name
+        name = entry.model_id or spec.name
         if name in engines:
             raise ValueError(f"two --model entries are served as {name!r}; give each its own id "
                              "with --model ID=MODEL")
@@ -182,6 +268,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(group, None, "--models-dir", default=DEFAULT_MODELS_DIR,
              help="where model names are looked up")
     add_config_options(group, EngineConfig, None)
+    add_flag(parser, "serve", "--models-file", default=None, type=Path,
+             help="a TOML file of the models to serve, with their ids and threads (see below); "
+                  "instead of --model")
     add_flag(parser, "serve", "--index", default=None, type=Path,
              help="an index built by `onnxrank index`, opened read-only for POST /v1/search; "
                   "its query embedder is the served embedding model that built it, else the one "
