@@ -94,6 +94,11 @@ class ModelSpec:
     # decoder rerankers only: the prompt recipe (onnxrank.export.recipes.PromptRecipe.to_manifest);
     # None for cross-encoders and embedding models
     prompt: dict[str, Any] | None = None
+    # the model family that exported it (onnxrank.export.families: name, model_type, known, ...)
+    family: dict[str, Any] = field(default_factory=dict)
+    # variants asked for but left out, name -> {"stage": ..., "reason": ...} (a crash, a missed
+    # gate, or not applicable to the family); the variants that passed are kept
+    failed_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
 

@@ -76,10 +76,24 @@ def export_onnx(
     input_names: tuple[str, ...],
     opset: int = DEFAULT_OPSET,
 ) -> Path:
-    """Export `model` to an fp32 ONNX file with dynamic batch and sequence axes.
+    """Export `model` (wrapped by graph_module) to an fp32 ONNX file; see export_module."""
+    return export_module(graph_module(model, task, input_names), out_path, task=task,
+                         input_names=input_names, opset=opset)
+
+
+def export_module(
+    wrapper: torch.nn.Module,
+    out_path: Path,
+    *,
+    task: str,
+    input_names: tuple[str, ...],
+    opset: int = DEFAULT_OPSET,
+) -> Path:
+    """Export a graph module (inputs positionally) to an fp32 ONNX file with dynamic batch and
+    sequence axes.
 
     Args:
-        model: A transformers model in eval mode with eager attention (see graph_module).
+        wrapper: A module whose forward takes `input_names` positionally (see graph_module).
         out_path: Target .onnx file.
         task: ``"rerank"`` (output "logits") or ``"embedding"`` (output "embeddings").
         input_names: Graph inputs, e.g. ("input_ids", "attention_mask", "token_type_ids").
@@ -89,16 +103,15 @@ def export_onnx(
         `out_path`.
     """
     torch = require("torch", extra="export")
-    wrapper = graph_module(model, task, input_names)
     output_name = RERANK_OUTPUT if task == "rerank" else EMBEDDING_OUTPUT
     # batch 2 x sequence 16 dummy: distinct sizes so the exporter cannot confuse the two axes
     dummy = tuple(torch.ones((2, 16), dtype=torch.long) for _ in input_names)
     dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
     dynamic_axes[output_name] = {0: "batch"}
     with torch.inference_mode(), warnings.catch_warnings():
-        # dynamo=False is deliberate (see the module docstring); its deprecation notice is not
-        # something the user can act on
-        warnings.simplefilter("ignore", DeprecationWarning)
+        # dynamo=False is deliberate (see the module docstring); its deprecation notice and the
+        # tracer's warnings are not something the user can act on
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapper,
             dummy,

@@ -29,7 +29,8 @@ FP16_OPT_LEVEL = 0
 
 
 def optimize_transformer(
-    in_path: Path, out_path: Path, *, num_heads: int, hidden_size: int, use_gpu: bool = False
+    in_path: Path, out_path: Path, *, num_heads: int, hidden_size: int, use_gpu: bool = False,
+    model_type: str = "bert",
 ) -> dict[str, Any]:
     """Fuse attention, layer norms and GELU with onnxruntime.transformers.optimizer.
 
@@ -39,6 +40,7 @@ def optimize_transformer(
         num_heads: Attention heads (from the model config).
         hidden_size: Hidden size (from the model config).
         use_gpu: Optimize for the CUDA provider (used for the fp16 variant).
+        model_type: The optimizer's model type (the family's ort_model_type).
 
     Returns:
         The manifest's ``optimization`` entry: optimizer, model_type, opt_level, fusion counts.
@@ -46,7 +48,7 @@ def optimize_transformer(
     optimizer = require("onnxruntime.transformers.optimizer", extra="export")
     model = optimizer.optimize_model(
         str(in_path),
-        model_type="bert",
+        model_type=model_type,
         num_heads=num_heads,
         hidden_size=hidden_size,
         opt_level=OPT_LEVEL,
@@ -58,7 +60,7 @@ def optimize_transformer(
     logger.info("optimized %s -> %s: %s", in_path.name, out_path.name, fusions)
     return {
         "optimizer": "onnxruntime.transformers.optimizer",
-        "model_type": "bert",
+        "model_type": model_type,
         "opt_level": OPT_LEVEL,
         "use_gpu": use_gpu,
         "num_heads": num_heads,
@@ -68,9 +70,13 @@ def optimize_transformer(
 
 
 def convert_fp16(
-    in_path: Path, out_path: Path, *, num_heads: int, hidden_size: int
+    in_path: Path, out_path: Path, *, num_heads: int, hidden_size: int,
+    model_type: str | None = "bert",
 ) -> dict[str, Any]:
     """GPU-optimize the fp32 graph, then convert weights and compute to float16.
+
+    `model_type` is the family's optimizer model type; None (a family the optimizer does not
+    know) converts the graph without fusions.
 
     Inputs stay int64 and the output float32 (``keep_io_types=True``), so callers feed the same
     arrays as for the fp32 file.
@@ -81,13 +87,21 @@ def convert_fp16(
     optimizer = require("onnxruntime.transformers.optimizer", extra="export")
     # opt_level 0: Python fusions only. Level 1 would run an onnxruntime session on the CUDA
     # provider, which an export machine without a GPU does not have.
+    options = None
+    if model_type is None:
+        fusion_options = require("onnxruntime.transformers.fusion_options", extra="export")
+        options = fusion_options.FusionOptions("bert")
+        for attribute in vars(options):
+            if attribute.startswith("enable_") and attribute != "enable_shape_inference":
+                setattr(options, attribute, False)
     model = optimizer.optimize_model(
         str(in_path),
-        model_type="bert",
+        model_type=model_type or "bert",
         num_heads=num_heads,
         hidden_size=hidden_size,
         opt_level=FP16_OPT_LEVEL,
         use_gpu=True,
+        optimization_options=options,
     )
     statistics = model.get_fused_operator_statistics()
     model.convert_float_to_float16(keep_io_types=True)
@@ -95,7 +109,7 @@ def convert_fp16(
     logger.info("converted %s -> %s (fp16)", in_path.name, out_path.name)
     return {
         "optimizer": "onnxruntime.transformers.optimizer",
-        "model_type": "bert",
+        "model_type": model_type,
         "opt_level": FP16_OPT_LEVEL,
         "use_gpu": True,
         "num_heads": num_heads,

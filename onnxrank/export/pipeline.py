@@ -22,10 +22,10 @@ import numpy as np
 from onnxrank._optional import require
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, open_model_file
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
-from onnxrank.errors import ExportError, InferenceError, ModelLoadError
-from onnxrank.export.onnx import DEFAULT_OPSET, export_onnx
+from onnxrank.errors import ExportError, FidelityError, InferenceError, ModelLoadError
+from onnxrank.export.families import applicable_variants
+from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.optimize import convert_fp16, optimize_transformer
-from onnxrank.export.prune import cls_only_model, cls_only_support
 from onnxrank.export.quantize import (
     DEFAULT_INT8_RECIPES,
     Int8Settings,
@@ -35,6 +35,7 @@ from onnxrank.export.quantize import (
 from onnxrank.export.quantize_openvino import (
     DEFAULT_OV_INT8_RECIPES,
     OvInt8Settings,
+    compress_openvino_int8_weights,
     distinct_ov_recipes,
     quantize_openvino_int8,
     weights_path,
@@ -75,6 +76,12 @@ VARIANT_RUNTIME = {"fp32": ("onnxruntime", "fp32"), "opt": ("onnxruntime", "opt"
 # OpenVINO bf16 runs model.onnx, so its record lives in the fp32 variant's fidelity under this key
 # (onnxrank.engine.runtime reads it)
 OPENVINO_BF16_KEY = "openvino_bf16"
+# the ov_int8 IR compiled with INFERENCE_PRECISION_HINT=bf16 (the engine's openvino "int8+bf16"),
+# recorded in the ov_int8 variant's fidelity under this key
+OPENVINO_INT8_BF16_KEY = "openvino_int8_bf16"
+OPENVINO_INT8_BF16_PRECISION = "int8+bf16"
+# variants that run on a CPU: an export needs at least one of them to pass
+CPU_VARIANTS = ("fp32", "opt", "int8", "ov_int8")
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
 DEFAULT_MAX_LENGTH = 512
@@ -109,6 +116,8 @@ class ExportRequest:
             None = all 320.
         registry_path: models/registry.json.
         seed: Seed for stand-in weights and head fitting.
+        recipe: Decoder rerankers: a built-in scoring recipe's name or a recipe file (JSON);
+            None = the built-in recipe of a known Hub id (onnxrank.export.recipes).
     """
 
     model: str = DEFAULT_MODEL
@@ -124,6 +133,7 @@ class ExportRequest:
     validation_pairs: int | None = None
     registry_path: Path = DEFAULT_REGISTRY
     seed: int = 0
+    recipe: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.variants if name not in VARIANT_NAMES]
@@ -215,15 +225,16 @@ def _publish(work_dir: Path, out_dir: Path) -> None:
 
 
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) -> int:
-    config = loaded.config
-    # RoBERTa-style models reserve padding_idx + 1 positions
-    offset = (config.pad_token_id + 1) if config.model_type in ("roberta", "xlm-roberta") else 0
-    limit = int(config.max_position_embeddings) - offset
+    """The manifest's max_length: --max-length, else the family's real limit (rerank: positions,
+    capped by the tokenizer's own limit) or the sentence-transformers max_seq_length (embedding)."""
+    limit = loaded.family.max_positions(loaded.config)
     wanted = request.max_length
     if wanted is None:
-        wanted = DEFAULT_MAX_LENGTH
-        if task == "embedding" and loaded.reference is not None and loaded.reference.max_seq_length:
-            wanted = int(loaded.reference.max_seq_length)
+        wanted = loaded.family.max_length(loaded.config, loaded.tokenizer)
+        if task == "embedding":
+            wanted = min(wanted, DEFAULT_MAX_LENGTH)
+            if loaded.reference is not None and loaded.reference.max_seq_length:
+                wanted = int(loaded.reference.max_seq_length)
     if wanted > limit:
         raise ValueError(
             f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
@@ -234,18 +245,10 @@ def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) 
 
 def _reference_runner(loaded: LoadedModel, task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
     """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
+    if task == "rerank":
+        return loaded.family.reference_runner(loaded)
     torch = require("torch", extra="export")
     names = loaded.input_names
-    if task == "rerank":
-        from onnxrank.export.onnx import graph_module
-
-        wrapper = graph_module(loaded.model, "rerank", names)
-
-        def run_rerank(feeds: dict[str, np.ndarray]) -> np.ndarray:
-            with torch.inference_mode():
-                return wrapper(*[torch.from_numpy(feeds[name]) for name in names]).float().numpy()
-
-        return run_rerank
 
     def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
         with torch.inference_mode():
@@ -271,18 +274,19 @@ def _graph_model(loaded: LoadedModel, task: str, wanted: bool) -> tuple[Any, dic
     if not wanted:
         return loaded.model, {"cls_only_last_layer": {
             "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
-    reason = cls_only_support(loaded.model)
+    reason = loaded.family.cls_only_support(loaded.model)
     if reason is not None:
         logger.warning("the last layer is not pruned to [CLS]: %s", reason)
         return loaded.model, {"cls_only_last_layer": {"applied": False, "reason": reason}}
     layers = int(loaded.config.num_hidden_layers)
-    return cls_only_model(loaded.model), {"cls_only_last_layer": {
+    return loaded.family.cls_only_model(loaded.model), {"cls_only_last_layer": {
         "applied": True,
         "layer": layers,
         "of_layers": layers,
         "computed_for": "the [CLS] row (position 0) only: query projection, attention output, "
                         "feed-forward and LayerNorms; keys and values from every token",
-        "method": "onnxrank.export.prune.cls_only_model, in PyTorch before torch.onnx.export",
+        "method": f"the {loaded.family.name} family's cls_only_model (onnxrank.export.families), "
+                  "in PyTorch before torch.onnx.export",
         "checked_by": "every variant's gate against the unpruned PyTorch model "
                       "(fp32: max_abs_diff)",
     }}
@@ -328,19 +332,24 @@ def _attempt(settings: dict[str, Any], metrics: dict[str, Any], passed: bool) ->
 
 
 def _openvino_bf16(path: Path, inputs: ValidationInputs, reference: np.ndarray, task: str,
-                   thresholds: FidelityThresholds) -> dict[str, Any]:
-    """OpenVINO bf16 on model.onnx, gated like int8 (it is not bit-faithful either)."""
+                   thresholds: FidelityThresholds, *, precision: str = "bf16",
+                   key: str = OPENVINO_BF16_KEY) -> dict[str, Any]:
+    """One OpenVINO file compiled with INFERENCE_PRECISION_HINT=bf16 (model.onnx as ``bf16``, the
+    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either)."""
     try:
-        runner = open_model_file(path, backend="openvino", precision="bf16")
+        runner = open_model_file(path, backend="openvino", precision=precision)
     except (ValueError, ImportError, ModelLoadError) as err:
-        return {"validated": False, "passed": False, "reason": str(err)}
+        reason = str(err)
+        if "bf16" in reason and "CPU" in reason:
+            reason = f"the CPU reports no BF16 (OpenVINO's CPU capabilities): {reason}"
+        return {"validated": False, "passed": False, "reason": reason}
     outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
     metrics = compare(inputs, reference, outputs)
-    failures = threshold_failures(task, OPENVINO_BF16_KEY, metrics, thresholds)
+    failures = threshold_failures(task, key, metrics, thresholds)
     metrics.update({
         "validated": True, "validated_on": f"openvino {runner.info.provider}, "
         "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
-        "thresholds": _threshold_text(task, OPENVINO_BF16_KEY, thresholds)})
+        "thresholds": _threshold_text(task, key, thresholds)})
     return metrics
 
 
@@ -407,18 +416,36 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
     return ExportResult(out_dir, spec)
 
 
+class _VariantFailed(Exception):
+    """A variant's build or gate failed: it is recorded in failed_variants and left out."""
+
+    def __init__(self, stage: str, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.entry = {"stage": stage, "reason": reason, **details}
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
 def _export_into(
     request: ExportRequest, source: ModelSource, work_dir: Path, name: str, progress: _Progress,
 ) -> ModelSpec:
-    """Every export step, top to bottom; intermediates go to a scratch directory."""
+    """Every export step, top to bottom; intermediates go to a scratch directory.
+
+    fp32 is the reference graph: if it cannot be built or misses its gate, the export fails. Every
+    other variant is built and validated on its own: a crash or a missed gate is recorded in
+    ``failed_variants`` with its reason and the variant is left out, keeping the others.
+    """
     task = source.task
-    wants = set(request.variants)
     scratch = work_dir / ".scratch"
     scratch.mkdir()
     paths = {variant: scratch / VARIANT_FILES[variant] for variant in VARIANT_NAMES}
     settings: dict[str, dict[str, Any]] = {variant: {} for variant in VARIANT_NAMES}
     fidelity: dict[str, dict[str, Any]] = {}
-    if "ov_int8" in wants:  # fail before minutes of work, naming the extra to install
+    failed: dict[str, dict[str, Any]] = {}
+    if "ov_int8" in request.variants:  # fail before minutes of work, naming the extra to install
         require("openvino", extra="openvino")
         require("nncf", extra="export")
 
@@ -427,8 +454,13 @@ def _export_into(
 
     progress.step("load")
     loaded = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
-                             kind="local" if source.kind != "hub" else "hub", task=task)
-    config = loaded.config
+                             kind="local" if source.kind != "hub" else "hub", task=task,
+                             recipe=request.recipe)
+    config, family = loaded.config, loaded.family
+    wanted, not_applicable = applicable_variants(family, config, request.variants)
+    for variant, reason in not_applicable.items():
+        logger.warning("variant %s left out: %s", variant, reason)
+        failed[variant] = {"stage": "not applicable", "reason": reason}
     layers = int(config.num_hidden_layers)
     num_heads, hidden_size = int(config.num_attention_heads), int(config.hidden_size)
     max_length = _resolve_max_length(request, loaded, task)
@@ -436,21 +468,34 @@ def _export_into(
 
     progress.step("export fp32")
     graph_model, graph_rewrites = _graph_model(loaded, task, request.cls_only_last_layer)
-    export_onnx(graph_model, paths["fp32"], task=task, input_names=loaded.input_names,
-                opset=request.opset)
+    try:
+        # external data files of a graph over protobuf's 2 GB (they move and hash with fp32)
+        graph_files = family.export_graph(family.graph_module(loaded, graph_model, task),
+                                          paths["fp32"], task=task,
+                                          input_names=loaded.input_names, opset=request.opset)
+    except Exception as err:
+        raise ExportError(
+            f"could not export the fp32 graph of {request.model} ({family.name} family, "
+            f"model_type {config.model_type!r}, inputs {', '.join(loaded.input_names)}): "
+            f"{_first_line(err)}; this model type needs a family module in "
+            "onnxrank.export.families that says how to trace it"
+        ) from err
     del graph_model
 
     progress.step("tokenizer and data")
     loaded.tokenizer.save_pretrained(str(work_dir))
     loaded.config.save_pretrained(str(work_dir))
+    prompt = family.prompt(loaded)
     inputs = encode_validation(load_validation_pairs(request.validation_pairs),
                                work_dir / TOKENIZER_FILE, task=task, max_length=max_length,
-                               pad_id=pad_id)
+                               pad_id=pad_id, prompt=prompt)
     calibration = encode_validation(load_calibration_pairs(), work_dir / TOKENIZER_FILE, task=task,
-                                    max_length=max_length, pad_id=pad_id)
+                                    max_length=max_length, pad_id=pad_id, prompt=prompt)
     graph_inputs = loaded.input_names
 
     def only_graph_inputs(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        # every step that feeds a graph feeds what the graph declares (ModernBERT has no
+        # token_type_ids even when the pair encoder makes them)
         return {key: feeds[key] for key in graph_inputs}
 
     progress.step("reference")
@@ -458,26 +503,44 @@ def _export_into(
 
     progress.step("validate fp32")
     fidelity["fp32"], _ = _validate_file("fp32", paths["fp32"], inputs, reference)
+    fp32_failures = threshold_failures(task, "fp32", fidelity["fp32"], request.thresholds)
+    if fp32_failures:
+        check_thresholds(task, {"fp32": fidelity["fp32"]}, request.thresholds)
     fidelity["fp32"][OPENVINO_BF16_KEY] = _openvino_bf16(paths["fp32"], inputs, reference, task,
                                                          request.thresholds)
 
-    int8_recipes = distinct_recipes(request.int8, layers=layers)
-    if "opt" in wants or ("int8" in wants and any(r.method == "dynamic" for r in int8_recipes)):
-        progress.step("build opt" if "opt" in wants else "build opt (int8 source)")
+    def gate(variant: str) -> None:
+        failures = threshold_failures(task, variant, fidelity[variant], request.thresholds)
+        if failures:
+            raise _VariantFailed("validation", "; ".join(failures), fidelity=fidelity.pop(variant))
+
+    def build_opt() -> None:
+        if paths["opt"].is_file():
+            return
+        progress.step("build opt")
         settings["opt"]["optimization"] = optimize_transformer(
-            paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size)
-    if "opt" in wants:
+            paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size,
+            model_type=family.ort_model_type or "bert")
+
+    def variant_opt() -> None:
+        build_opt()
         progress.step("validate opt")
         fidelity["opt"], _ = _validate_file("opt", paths["opt"], inputs, reference)
+        gate("opt")
 
-    if "fp16" in wants:
+    def variant_fp16() -> None:
         progress.step("build fp16")
         settings["fp16"]["optimization"] = convert_fp16(
-            paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size)
+            paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size,
+            model_type=family.ort_model_type)
         progress.step("validate fp16")
         fidelity["fp16"], _ = _validate_file("fp16", paths["fp16"], inputs, reference)
+        gate("fp16")
 
-    if "int8" in wants:
+    def variant_int8() -> None:
+        int8_recipes = family.int8_recipes(distinct_recipes(request.int8, layers=layers))
+        if any(r.method == "dynamic" for r in int8_recipes) and family.ort_model_type is not None:
+            build_opt()  # the dynamic recipes quantize the fused graph when there is one
         calibration_batches = [only_graph_inputs(feeds) for _, feeds in calibration.batches()]
         attempts = []
         for index, recipe in enumerate(int8_recipes):
@@ -496,8 +559,16 @@ def _export_into(
             metrics.update(batch_dependence(runner.run, inputs))
         fidelity["int8"] = metrics
         settings["int8"]["quantization"] = {**quantization, "attempts": attempts}
+        gate("int8")
 
-    if "ov_int8" in wants:
+    def variant_ov_int8() -> None:
+        if family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
+            progress.step("ov_int8 weight-only")
+            settings["ov_int8"]["quantization"] = compress_openvino_int8_weights(
+                paths["fp32"], paths["ov_int8"])
+            fidelity["ov_int8"], _ = _validate_file("ov_int8", paths["ov_int8"], inputs, reference)
+            gate("ov_int8")
+            return
         items = [only_graph_inputs(feeds) for feeds in calibration.single_rows()]
         ov_recipes = distinct_ov_recipes(request.ov_int8, task=task, layers=layers)
         attempts = []
@@ -516,15 +587,48 @@ def _export_into(
         metrics.update(batch_dependence(runner.run, inputs))
         fidelity["ov_int8"] = metrics
         settings["ov_int8"]["quantization"] = {**quantization, "attempts": attempts}
+        gate("ov_int8")
+        progress.step("validate ov_int8 with bf16")
+        metrics[OPENVINO_INT8_BF16_KEY] = _openvino_bf16(
+            paths["ov_int8"], inputs, reference, task, request.thresholds,
+            precision=OPENVINO_INT8_BF16_PRECISION, key=OPENVINO_INT8_BF16_KEY)
+
+    steps: dict[str, Callable[[], None]] = {
+        "opt": variant_opt, "fp16": variant_fp16, "int8": variant_int8, "ov_int8": variant_ov_int8}
+    for variant in ("opt", "fp16", "int8", "ov_int8"):
+        if variant not in wanted:
+            continue
+        try:
+            steps[variant]()
+        except _VariantFailed as failure:
+            failed[variant] = {**failure.entry, **_recorded_attempts(settings[variant])}
+        except (ImportError, KeyboardInterrupt):
+            raise
+        except Exception as err:  # one variant's crash (NNCF, OpenVINO, onnxruntime) loses only it
+            logger.debug("variant %s crashed", variant, exc_info=True)
+            failed[variant] = {"stage": "build", "reason": _first_line(err),
+                               **_recorded_attempts(settings[variant])}
+        if variant in failed:
+            fidelity.pop(variant, None)
+            logger.warning("variant %s left out: %s", variant, failed[variant]["reason"])
 
     progress.step("manifest")
-    kept = {variant: fidelity[variant] for variant in request.variants}
-    check_thresholds(task, kept, request.thresholds)
+    kept_names = [variant for variant in request.variants if variant in fidelity]
+    if not any(variant in CPU_VARIANTS for variant in kept_names) and (
+            set(request.variants) & set(CPU_VARIANTS)):
+        raise FidelityError(
+            "no CPU variant passed validation: "
+            + "; ".join(f"{variant}: {entry['reason']}" for variant, entry in failed.items())
+            + ". Nothing was written")
     variants = {}
-    for variant in request.variants:
+    for variant in kept_names:
         final = work_dir / VARIANT_FILES[variant]
         os.replace(paths[variant], final)
         extra_files, size = {}, final.stat().st_size
+        for data_name in graph_files if variant == "fp32" else ():
+            os.replace(scratch / data_name, work_dir / data_name)
+            extra_files[data_name] = sha256_file(work_dir / data_name)
+            size += (work_dir / data_name).stat().st_size
         if variant == "ov_int8":
             weights = weights_path(final)
             os.replace(weights_path(paths[variant]), weights)
@@ -535,7 +639,7 @@ def _export_into(
             precision=VARIANT_PRECISION[variant], opset=request.opset,  # type: ignore[arg-type]
             quantization=settings[variant].get("quantization"),
             optimization=settings[variant].get("optimization"),
-            fidelity={**kept[variant],
+            fidelity={**fidelity[variant],
                       "thresholds": _threshold_text(task, variant, request.thresholds)},
             extra_files=extra_files,
         )
@@ -554,7 +658,8 @@ def _export_into(
         name=name,
         task=task,  # type: ignore[arg-type]
         source=source_entry,
-        num_labels=int(config.num_labels) if task == "rerank" else 1,
+        # a decoder's graph has one output (yes - no) whatever its config's num_labels says
+        num_labels=int(config.num_labels) if task == "rerank" and prompt is None else 1,
         max_length=max_length,
         activation="sigmoid" if task == "rerank" else "none",
         relevance_trained=loaded.relevance_trained,
@@ -572,7 +677,16 @@ def _export_into(
             "type_vocab_size")},
         embedding_dim=int(config.hidden_size) if task == "embedding" else None,
         graph_rewrites=graph_rewrites,
+        prompt=prompt,
+        family=family.describe(config),
+        failed_variants=failed,
         notes=notes.strip(),
     )
     write_manifest(spec, work_dir)
     return spec
+
+
+def _recorded_attempts(settings: dict[str, Any]) -> dict[str, Any]:
+    """The ladder attempts a failed variant made, for its failed_variants entry."""
+    quantization = settings.get("quantization") or {}
+    return {"attempts": quantization["attempts"]} if "attempts" in quantization else {}

@@ -11,13 +11,14 @@ from typing import Any, Literal
 
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
+from onnxrank.export.families import Family, family_for
+from onnxrank.export.recipes import PromptRecipe, resolve_recipe
 from onnxrank.export.standin import read_marker
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 DEFAULT_REGISTRY = Path("models/registry.json")
-GRAPH_INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
 SourceKind = Literal["hub", "local", "standin"]
 
 
@@ -115,10 +116,12 @@ class LoadedModel:
         model: ``*ForSequenceClassification`` (rerank) or ``AutoModel`` (embedding), eval, eager attention.
         tokenizer: The transformers fast tokenizer (saved next to the ONNX files).
         config: The transformers config.
-        input_names: Graph inputs the model takes, in GRAPH_INPUT_ORDER.
+        input_names: Graph inputs the model takes (the family's answer for this tokenizer).
         source: The manifest's ``source`` entry.
         reference: sentence-transformers model for embedding validation, else None.
         relevance_trained: Whether scores are meaningful relevance (False for stand-ins).
+        family: The model family (onnxrank.export.families) chosen by config.model_type.
+        recipe: Decoder rerankers: the scoring recipe (onnxrank.export.recipes); else None.
     """
 
     model: Any
@@ -128,6 +131,8 @@ class LoadedModel:
     source: dict[str, Any]
     reference: Any
     relevance_trained: bool
+    family: Family
+    recipe: PromptRecipe | None = None
 
 
 def _hub_error(model_id: str, err: Exception) -> ExportError:
@@ -163,12 +168,18 @@ def _check_embedding_pooling(directory: Path | None) -> None:
         )
 
 
-def load_checkpoint(location: str, *, kind: SourceKind, task: str) -> LoadedModel:
+def load_checkpoint(location: str, *, kind: SourceKind, task: str,
+                    recipe: str | None = None) -> LoadedModel:
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
+
+    Args:
+        recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
+            built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
 
     Raises:
         ExportError: Hub unreachable or model unknown, not a checkpoint, num_labels != 1, no
-            classification head for rerank, no fast tokenizer, unsupported pooling.
+            classification head for rerank, no fast tokenizer, unsupported pooling, a recipe
+            for a model that is no decoder, or a bad recipe.
     """
     transformers = require("transformers", extra="export")
     local = kind != "hub"
@@ -183,7 +194,14 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str) -> LoadedMode
             raise _hub_error(location, err) from err
         raise ExportError(f"could not read the config of {location}: {err}") from err
     architectures = list(getattr(config, "architectures", None) or [])
-    if task == "rerank":
+    family = family_for(config)
+    prompt_recipe = resolve_recipe(recipe, model=location) if task == "rerank" else None
+    if prompt_recipe is not None and not family.uses_recipe:
+        raise ExportError(
+            f"--recipe {prompt_recipe.name} is for decoder rerankers (causal LMs scored by a "
+            f"prompt); {location} is a {config.model_type!r} model: drop --recipe"
+        )
+    if task == "rerank" and not family.uses_recipe:
         if not any(name.endswith("ForSequenceClassification") for name in architectures):
             raise ExportError(
                 f"{location} has no sequence-classification head (architectures: "
@@ -202,21 +220,20 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str) -> LoadedMode
         _check_embedding_pooling(directory)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
-        model_class = (transformers.AutoModelForSequenceClassification if task == "rerank"
-                       else transformers.AutoModel)
-        model = model_class.from_pretrained(location, attn_implementation="eager", **options)
+        model = family.model_class(task).from_pretrained(location, attn_implementation="eager",
+                                                         **options)
     except (OSError, ValueError) as err:
         if not local:
             raise _hub_error(location, err) from err
-        raise ExportError(f"could not load the checkpoint in {location}: {err}") from err
+        raise ExportError(f"could not load the checkpoint in {location} ({family.name} family, "
+                          f"model_type {config.model_type!r}): {err}") from err
     if not tokenizer.is_fast:
         raise ExportError(
             f"{location} has no fast (Rust) tokenizer; onnxrank needs tokenizer.json: convert it "
             "with transformers' AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained()"
         )
     model.eval()
-    input_names = tuple(name for name in GRAPH_INPUT_ORDER
-                        if name in (*tokenizer.model_input_names, "input_ids", "attention_mask"))
+    input_names = family.input_names(tokenizer, config)
     reference = None
     if task == "embedding":
         sentence_transformers = require("sentence_transformers", extra="export")
@@ -233,4 +250,5 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str) -> LoadedMode
     if marker is not None:
         source["standin"] = marker
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
-    return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained)
+    return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,
+                       family, prompt_recipe)

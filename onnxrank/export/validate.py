@@ -44,7 +44,7 @@ HELD_OUT_GROUPS = ("cranfield:12", "cranfield:57", "cranfield:74", "cranfield:87
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
 # variants judged on rankings rather than on score differences
-INT8_VARIANTS = ("int8", "ov_int8", "openvino_bf16")
+INT8_VARIANTS = ("int8", "ov_int8", "openvino_bf16", "openvino_int8_bf16")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,171 @@
+"""What differs between model families, in one place per family (the interface).
+
+A `Family` answers every family question the export, validation, the OpenVINO step and the
+engine ask: how to load the checkpoint, which module to trace, its graph inputs, its maximum
+length, whether (and how) the [CLS]-only last-layer rewrite applies, which onnxruntime optimizer
+`model_type` fuses it, which variants apply, how pairs are encoded (the tokenizer's own pair
+template, or a prompt recipe) and how ov_int8 is quantized. Subclasses override only what
+differs; onnxrank.export.families.registry picks one by ``config.model_type``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from onnxrank._optional import require
+from onnxrank.engine.spec import VARIANT_NAMES
+
+if TYPE_CHECKING:
+    import torch
+
+    from onnxrank.export.quantize import Int8Settings
+    from onnxrank.export.source import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+# graph inputs a cross-encoder may take, in the order the graph declares them
+GRAPH_INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
+OvInt8Mode = Literal["static", "weight_only"]
+
+
+class Family:
+    """The default: a BERT-shaped ``*ForSequenceClassification`` encoder.
+
+    Attributes:
+        name: The family's name in manifests and docs (``bert``, ``xlm-roberta``, ...).
+        model_types: The ``config.model_type`` values it handles.
+        examples: Hub models of this family (docs and ``onnxrank models list``).
+        ort_model_type: onnxruntime.transformers.optimizer's ``model_type`` that fuses this
+            family's graph (variants opt and fp16), or None when it knows none.
+        ov_int8_mode: ``static`` (NNCF post-training quantization, calibrated) or ``weight_only``
+            (NNCF compress_weights, activations in float).
+        known: False for the fallback of an unknown model_type (fp32 only).
+        uses_recipe: True for decoder rerankers, which score through a prompt recipe
+            (``--recipe``; LoadedModel.recipe); a recipe given for any other family is an error.
+    """
+
+    name = "bert"
+    model_types: tuple[str, ...] = ("bert",)
+    examples: tuple[str, ...] = ()
+    ort_model_type: str | None = "bert"
+    ov_int8_mode: OvInt8Mode = "static"
+    known = True
+    uses_recipe = False
+
+    # -- loading ----------------------------------------------------------------------------
+    def model_class(self, task: str) -> Any:
+        """The transformers Auto class that loads the checkpoint for `task`."""
+        transformers = require("transformers", extra="export")
+        return (transformers.AutoModelForSequenceClassification if task == "rerank"
+                else transformers.AutoModel)
+
+    def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
+        """Graph inputs: ids and mask always, token_type_ids only when the tokenizer returns them
+        (XLM-R, ModernBERT and DeBERTa-v3 tokenizers do not)."""
+        given = (*tokenizer.model_input_names, "input_ids", "attention_mask")
+        return tuple(name for name in GRAPH_INPUT_ORDER if name in given)
+
+    def position_offset(self, config: Any) -> int:
+        """Positions the embeddings reserve before the first token (RoBERTa: padding_idx + 1)."""
+        return 0
+
+    def max_positions(self, config: Any) -> int:
+        """The longest row the position embeddings allow."""
+        return int(config.max_position_embeddings) - self.position_offset(config)
+
+    def max_length(self, config: Any, tokenizer: Any) -> int:
+        """The default max_length: the position limit, or the tokenizer's own limit when lower
+        (bge-reranker-base's tokenizer says 512 on 514 positions)."""
+        limit = self.max_positions(config)
+        declared = getattr(tokenizer, "model_max_length", None)
+        if isinstance(declared, int) and 8 <= declared < limit:
+            return declared
+        return limit
+
+    # -- the graph ----------------------------------------------------------------------------
+    def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
+        """The module torch.onnx.export traces: the graph inputs positionally -> ``logits``
+        [batch, 1] (rerank) or the pooled embedding (embedding).
+
+        Args:
+            loaded: The checkpoint (tokenizer, config, input names).
+            model: `loaded.model` or its [CLS]-only copy.
+            task: ``rerank`` or ``embedding``.
+        """
+        from onnxrank.export.onnx import graph_module
+
+        return graph_module(model, task, loaded.input_names)
+
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
+        """Write the fp32 graph; returns the external data files written beside it."""
+        from onnxrank.export.onnx import export_module
+
+        export_module(module, out_path, task=task, input_names=input_names, opset=opset)
+        return ()
+
+    def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        """The unpruned PyTorch rerank model as run(feeds) -> [batch, 1]: the reference every
+        variant meets (embedding references are sentence-transformers' own)."""
+        torch = require("torch", extra="export")
+        wrapper = self.graph_module(loaded, loaded.model, "rerank")
+        input_names = loaded.input_names
+
+        def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
+            with torch.inference_mode():
+                return wrapper(*[torch.from_numpy(feeds[name]) for name in input_names]).float().numpy()
+
+        return run
+
+    # -- the [CLS]-only last layer ------------------------------------------------------------
+    def cls_only_support(self, model: Any) -> str | None:
+        """Why the last layer cannot be computed for the [CLS] row only, or None when it can."""
+        from onnxrank.export.prune import cls_only_support
+
+        return cls_only_support(model)
+
+    def cls_only_model(self, model: Any) -> Any:
+        """A copy of `model` whose last layer computes the [CLS] row only (exact)."""
+        from onnxrank.export.prune import cls_only_model
+
+        return cls_only_model(model)
+
+    # -- variants and encoding ----------------------------------------------------------------
+    def variant_reasons(self, config: Any) -> dict[str, str]:
+        """Variants that do not apply to this family, each with the reason (default: none)."""
+        reasons = {}
+        if self.ort_model_type is None:
+            reasons["opt"] = (f"onnxruntime's transformer optimizer has no fusions for "
+                              f"{self.name} (model_type {config.model_type!r})")
+        return reasons
+
+    def int8_recipes(self, recipes: tuple[Int8Settings, ...]) -> tuple[Int8Settings, ...]:
+        """The onnxruntime int8 recipes worth trying on this family's graph (default: all)."""
+        return recipes
+
+    def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
+        """A prompt recipe (ModelSpec.prompt) for decoder rerankers; None = the tokenizer's own
+        pair template through onnxrank.engine.tokenize.PairEncoder."""
+        return None
+
+    def describe(self, config: Any) -> dict[str, Any]:
+        """The manifest's ``family`` entry."""
+        return {"name": self.name, "model_type": getattr(config, "model_type", None),
+                "known": self.known, "ort_model_type": self.ort_model_type,
+                "ov_int8_mode": self.ov_int8_mode}
+
+
+def applicable_variants(family: Family, config: Any, wanted: tuple[str, ...]) -> tuple[
+        tuple[str, ...], dict[str, str]]:
+    """The wanted variants this family builds, and the others with the reason each is left out."""
+    reasons = family.variant_reasons(config)
+    kept = tuple(name for name in wanted if name not in reasons)
+    return kept, {name: reasons[name] for name in wanted if name in reasons}
+
+
+__all__ = ["GRAPH_INPUT_ORDER", "VARIANT_NAMES", "Family", "OvInt8Mode", "applicable_variants"]

@@ -1,0 +1,34 @@
+"""ModernBERT (Alibaba-NLP/gte-reranker-modernbert-base): rotary positions, alternating local and
+global attention, a fused Wqkv projection, no ``token_type_ids`` input; the head pools either the
+[CLS] row or the mean of every row (``classifier_pooling``).
+
+onnxruntime's transformer optimizer has no ModernBERT fusions (opt is left out), and the
+[CLS]-only rewrite of onnxrank.export.prune drives BERT's self-attention module, which ModernBERT
+does not have: its last layer is not pruned (recorded with the reason)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxrank.export.families.base import Family
+
+
+class ModernBertFamily(Family):
+    name = "modernbert"
+    model_types = ("modernbert",)
+    examples = ("Alibaba-NLP/gte-reranker-modernbert-base",)
+    ort_model_type = None
+
+    def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
+        # ModernBertModel.forward takes no token_type_ids, whatever the tokenizer returns
+        return ("input_ids", "attention_mask")
+
+    def cls_only_support(self, model: Any) -> str | None:
+        pooling = getattr(model.config, "classifier_pooling", "cls")
+        if pooling != "cls":
+            return f"the head pools every row (classifier_pooling={pooling!r}), not [CLS] only"
+        return ("ModernBERT's layer (fused Wqkv, rotary positions, local attention window) has no "
+                "[CLS]-only rewrite yet")
+
+
+FAMILY = ModernBertFamily()
