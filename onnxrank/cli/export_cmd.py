@@ -17,6 +17,7 @@ from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, load_model_spec, veri
 # are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
 # work without the export extra while the defaults below stay the library's own.
 from onnxrank.export.onnx import DEFAULT_OPSET
+from onnxrank.export.recipes import BUILTIN_RECIPES
 from onnxrank.export.source import DEFAULT_MODEL, DEFAULT_REGISTRY
 from onnxrank.export.validate import FidelityThresholds
 
@@ -27,6 +28,7 @@ EXPORT_EPILOG = """examples:
   onnxrank export --model minilm-embedder --task embedding # -> models/minilm-embedder
   onnxrank export --model cross-encoder/ms-marco-MiniLM-L-6-v2 --out models/ms-marco-minilm-l6
   onnxrank export --model ./my-checkpoint --variants fp32,int8 --int8-min-spearman 0.97
+  onnxrank export --model ./qwen3-reranker-0.6b --recipe qwen3-reranker --out models/qwen3-reranker
 """
 MODELS_EPILOG = """examples:
   onnxrank models list
@@ -69,6 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(export, "export", "--task", choices=("rerank", "embedding"), default=None,
              help="rerank (one relevance logit) or embedding (pooled, normalised vectors); "
              "default: from the registry, else rerank")
+    add_flag(export, "export", "--recipe", default=None, metavar="NAME|FILE.json",
+             help="decoder rerankers (causal LMs such as Qwen3-Reranker): the scoring recipe, "
+             f"a built-in name ({', '.join(BUILTIN_RECIPES)}) or a recipe file; default: the "
+             "built-in recipe of a known Hub id (see docs/export.md, Decoder rerankers)")
     add_flag(export, "export", "--max-length", type=int, default=None,
              help="tokens per row recorded in the manifest; default 512 for rerankers, the "
              "sentence-transformers max_seq_length for embedders")
@@ -191,6 +197,7 @@ def run_export(args: argparse.Namespace) -> int:
         validation_pairs=args.validation_pairs,
         registry_path=args.registry,
         seed=args.seed,
+        recipe=args.recipe,
     )
     result = export_model(request, show_progress=not args.quiet)
     if not args.quiet:

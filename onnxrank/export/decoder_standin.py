@@ -41,9 +41,10 @@ TINY_CONFIG: dict[str, Any] = {
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
     "max_position_embeddings": 2048, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True, "attention_bias": False, "hidden_act": "silu",
-    # wide weights so the yes/no logit gap varies across pairs (a 0.02 init gives a near-constant
-    # score, and then every fidelity number measures rounding noise)
-    "initializer_range": 0.2, "use_sliding_window": False,
+    # 0.1: the yes/no logit gap varies across pairs (std 0.34 on the held-out pairs; a 0.02 init
+    # gives 0.02, and fidelity numbers then measure rounding noise) while the model stays smooth
+    # enough for int8 weights (0.2 is chaotic: weight-only int8 kept a Spearman of 0.95 there)
+    "initializer_range": 0.1, "use_sliding_window": False,
 }
 TOKENIZER_VOCAB = {"tiny": 512, "qwen3-0.6b": 16000}
 # Lines of "yes" and "no" at a line start teach the BPE both words as single tokens, as the

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
 from onnxrank.export.families import Family, family_for
-from onnxrank.export.recipes import PromptRecipe, resolve_recipe
+from onnxrank.export.recipes import PromptRecipe, answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
 logger = logging.getLogger(__name__)
@@ -233,6 +233,8 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
             "with transformers' AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained()"
         )
     model.eval()
+    if prompt_recipe is not None:  # a recipe this tokenizer cannot score fails before any export
+        answer_token_ids(prompt_recipe, tokenizer.backend_tokenizer)
     input_names = family.input_names(tokenizer, config)
     reference = None
     if task == "embedding":

@@ -1,0 +1,170 @@
+"""Decoder reranker (opt-in scenario ``decoder``): a Qwen3-Reranker-0.6B-shaped model, the engine
+vs the same recipe in plain transformers (PyTorch fp32 and bf16), interleaved, per request of 20
+and 50 candidates at short and mixed lengths: pairs/s, p50 and the share of the GEMM ceiling.
+
+The model is RANDOM-INITIALISED (Qwen/Qwen3-0.6B's published config, onnxrank's stand-in
+tokenizer): speed only, its scores mean nothing. Build and export it first (minutes; see
+docs/export.md, "Decoder rerankers")::
+
+    python -c "from onnxrank.export.decoder_standin import build_decoder_checkpoint; \
+build_decoder_checkpoint('checkpoints/qwen3-0.6b-random', size='qwen3-0.6b')"
+    onnxrank export --model checkpoints/qwen3-0.6b-random --recipe qwen3-reranker \
+        --out models/qwen3-0.6b-random-reranker --validation-pairs 48
+    onnxrank bench --scenarios decoder --regimes short,mixed
+
+The transformers contenders run the model card's code on the checkpoint the manifest names
+(``source.path``): prefix, user text and suffix tokenized apart, left padding, one forward pass
+per request with ``logits_to_keep=1`` (the last position only; the card's full-sequence logits
+would need 50 x 512 x 151,936 floats), softmax over [no, yes]. No budgets: the issue's promise
+(engine >= 2x transformers fp32) is read from the ratios in the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxrank.bench.contenders import engine_contender
+from onnxrank.bench.flops import model_flops
+from onnxrank.bench.harness import Contender, StoppingRule, measure_interleaved, summarize
+from onnxrank.bench.suite.bench_run import BenchRun
+from onnxrank.bench.workloads import (
+    DEFAULT_SEED,
+    PassageSource,
+    Regime,
+    Request,
+    build_workload,
+    load_dataset,
+)
+from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.tokenize import make_encoder
+from onnxrank.export.recipes import PromptRecipe
+
+SCENARIO = "decoder"
+# The model directory name under --models-dir (the export command above writes it).
+DECODER_MODEL = "qwen3-0.6b-random-reranker"
+CANDIDATES = (20, 50)
+REGIMES = ("short", "mixed")
+# Requests per comparison (a quick run: its own, fewer) and each comparison's wall-time cap. On
+# 2 AVX2 cores a 0.6B model scores about one pair per second (about 0.9 GFLOP per token and
+# 170-260 tokens per pair with the prompt), so one request of 50 takes the engine about a minute
+# and transformers bf16 (emulated without BF16 instructions) several: 6 requests, the fewest
+# whose median has an interval, fill the cap.
+QUERIES = 6
+TIME_CAP_S = 1500.0
+RATIOS = (("engine", "transformers_fp32"), ("engine", "transformers_bf16"))
+
+
+class ModelCardScorer:
+    """The recipe in plain transformers, as the model card runs it (torch dtype fp32 or bf16)."""
+
+    def __init__(self, checkpoint: Path, recipe: PromptRecipe, max_length: int, dtype: str,
+                 threads: int) -> None:
+        import torch
+        import transformers
+
+        torch.set_num_threads(threads)
+        self._torch = torch
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint),
+                                                                    padding_side="left")
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(checkpoint), torch_dtype=getattr(torch, dtype)).eval()
+        self.recipe = recipe
+        self.max_length = max_length
+        self.prefix = self.tokenizer.encode(recipe.prefix, add_special_tokens=False)
+        self.suffix = self.tokenizer.encode(recipe.suffix, add_special_tokens=False)
+        self.yes = self.tokenizer.convert_tokens_to_ids(recipe.yes_token)
+        self.no = self.tokenizer.convert_tokens_to_ids(recipe.no_token)
+        self.settings = {"runtime": f"transformers {transformers.__version__}, torch "
+                                    f"{torch.__version__}", "dtype": dtype, "threads": threads,
+                         "precision": "bf16" if dtype == "bfloat16" else "fp32",
+                         "padding": "left", "logits_to_keep": 1}
+
+    def run(self, chunk: Sequence[Request]) -> list[np.ndarray]:
+        """p(yes) of every pair of each request (a latency item holds one request)."""
+        return [self.score(request) for request in chunk]
+
+    def score(self, request: Request) -> np.ndarray:
+        texts = [self.recipe.render(instruction=self.recipe.default_instruction,
+                                    query=request.query, document=document)[0]
+                 for document in request.documents]
+        inputs = self.tokenizer(texts, padding=False, truncation="longest_first",
+                                add_special_tokens=False, return_attention_mask=False,
+                                max_length=self.max_length - len(self.prefix) - len(self.suffix))
+        inputs["input_ids"] = [self.prefix + ids + self.suffix for ids in inputs["input_ids"]]
+        batch = self.tokenizer.pad(inputs, padding=True, return_tensors="pt")
+        with self._torch.inference_mode():
+            logits = self.model(**batch, logits_to_keep=1).logits[:, -1, :]
+            pair = self._torch.stack([logits[:, self.no], logits[:, self.yes]], dim=1).float()
+            return self._torch.softmax(pair, dim=1)[:, 1].numpy()
+
+
+def _decoder_dir(bench: BenchRun) -> Path:
+    directory = bench.models_dir / DECODER_MODEL
+    if not (directory / "manifest.json").is_file():
+        pytest.skip(f"no {DECODER_MODEL} in {bench.models_dir}: build and export it first "
+                    "(the commands are in onnxrank/bench/suite/test_decoder.py's docstring)")
+    return directory
+
+
+@pytest.mark.parametrize("candidates", CANDIDATES)
+def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
+                 candidates: int) -> None:
+    label = f"{regime.name}/{candidates}"
+    if regime.name not in REGIMES:
+        pytest.skip(f"the decoder scenario runs the {', '.join(REGIMES)} regimes")
+    bench.require_device(SCENARIO, label, device)
+    model_dir = _decoder_dir(bench)
+    engine = Reranker.from_dir(model_dir, bench.engine_config(device))
+    if engine.spec.prompt is None:
+        bench.skip_scenario(SCENARIO, label, device,
+                            f"{model_dir} is not a decoder reranker (no prompt recipe)")
+    source = PassageSource(load_dataset(bench.dataset_path), engine.tokenizer)
+    workload = build_workload(source, regime, queries=min(QUERIES, bench.sizes.latency_queries),
+                              candidates=min(candidates, bench.sizes.candidates)
+                              if bench.quick else candidates, seed=DEFAULT_SEED)
+    items = [(request,) for request in workload.requests]
+    contenders: list[Contender[Sequence[Request]]] = [engine_contender(
+        "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
+    skipped: dict[str, str] = {}
+    checkpoint = Path(str(engine.spec.source.get("path", "")))
+    recipe = PromptRecipe.from_dict(engine.spec.prompt or {}, origin=str(model_dir))
+    for name, dtype in (("transformers_fp32", "float32"), ("transformers_bf16", "bfloat16")):
+        if device != "cpu":
+            skipped[name] = "the transformers contenders run on CPU only"
+        elif not (checkpoint / "config.json").is_file():
+            skipped[name] = f"the checkpoint the manifest names ({checkpoint}) is not here"
+        else:
+            scorer = ModelCardScorer(checkpoint, recipe, engine.config.max_length or 0, dtype,
+                                     bench.threads)
+            contenders.append(Contender(
+                name=name, label=f"transformers {dtype} (the model card's recipe)",
+                settings=scorer.settings,
+                run=scorer.run))
+    ratios = [ratio for ratio in RATIOS if ratio[1] not in skipped]
+    encoder = make_encoder(engine.tokenizer, engine.config.max_length or 0, engine.spec.prompt)
+    flops = model_flops(model_dir / engine.spec.variants["fp32"].file)
+    flops_per_item = [flops.pairs([len(row.ids) for row in encoder.encode(
+        [(request.query, document) for document in request.documents])])
+        for request, in items]
+    stopping = StoppingRule(min_items=min(bench.sizes.min_items, len(items)),
+                            max_items=len(items), time_cap_s=TIME_CAP_S)
+    first = workload.requests[0]
+    warm_up = [dataclasses.replace(first, documents=first.documents[:4],
+                                   token_counts=first.token_counts[:4])]
+    timings = measure_interleaved(benchmark, contenders, items,
+                                  [len(request.documents) for request, in items],
+                                  ratios=ratios, stopping=stopping, warm_up=warm_up)
+    measured = workload.requests[:len(timings.seconds[contenders[0].name])]
+    description = dataclasses.replace(workload, requests=measured).describe()
+    description.update({"model": f"{engine.spec.name}: random weights, speed only",
+                        "candidates": candidates})
+    result = summarize(SCENARIO, label, device, contenders, timings, ratios=ratios,
+                       skipped=skipped, workload=description,
+                       flops_per_item=flops_per_item[:len(measured)])
+    bench.record(benchmark, result)

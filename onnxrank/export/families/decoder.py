@@ -1,0 +1,254 @@
+"""Decoder-only rerankers (Qwen3-Reranker and its kind): a causal LM that scores a pair by
+p("yes") at the last position of a fixed prompt (onnxrank.export.recipes).
+
+What the exported graph computes, and why it is exact and small:
+
+* inputs ``input_ids`` and ``attention_mask`` [batch, sequence], rows right-padded (the engine's
+  `pad_rows`), so a row's positions are 0..n-1 whatever its batch mates: its score equals the
+  score of the row alone. (The model card pads on the left without position ids, which shifts a
+  short row's positions by its padding; our reference is each row alone.)
+* the causal LM's body (embeddings, decoder layers, final norm) with a 4-D additive causal mask
+  built in the graph from `attention_mask` (transformers' own mask builder uses vmap, which the
+  TorchScript exporter cannot trace; the mask is the same: causal and padding keys masked).
+* the hidden state of each row's last real token (``sum(attention_mask) - 1``), then ONE output
+  row of the vocabulary projection: ``W[yes] - W[no]`` (plus the bias difference, if any). For
+  Qwen3-0.6B that drops a 151,936 x 1,024 matmul per token. Output ``logits`` [batch, 1] =
+  logit(yes) - logit(no), whose sigmoid is softmax([no, yes])[1] = p(yes): the manifest's
+  ``activation: sigmoid``. No KV cache, no generation.
+
+The PyTorch reference is the unmodified model: full vocabulary logits at each row's last real
+token, logit(yes) - logit(no) taken from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxrank._optional import require
+from onnxrank.errors import ExportError
+from onnxrank.export.families.base import Family
+
+if TYPE_CHECKING:
+    import torch
+
+    from onnxrank.export.quantize import Int8Settings
+    from onnxrank.export.recipes import PromptRecipe
+    from onnxrank.export.source import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+INPUT_NAMES = ("input_ids", "attention_mask")
+# The model card's max_length; rows are as long as their text, this only caps them.
+DEFAULT_MAX_LENGTH = 8192
+OUTPUT_NAME = "logits"
+# protobuf's limit on one ONNX file: larger graphs keep their weights in EXTERNAL_DATA_SUFFIX
+PROTOBUF_LIMIT_BYTES = 2**31 - 1
+EXTERNAL_DATA_SUFFIX = ".data"
+
+
+def score_graph(model: Any, *, yes_token_id: int, no_token_id: int) -> torch.nn.Module:
+    """The module torch.onnx.export traces: (input_ids, attention_mask) -> logit(yes) - logit(no).
+
+    Args:
+        model: A transformers ``*ForCausalLM`` in eval mode with eager attention, whose body is
+            ``model.model`` (hidden states after the final norm) and head ``model.lm_head``.
+        yes_token_id: Vocabulary row of the recipe's "yes".
+        no_token_id: Vocabulary row of the recipe's "no".
+    """
+    torch = require("torch", extra="export")
+    head = model.get_output_embeddings()
+    weight = head.weight.detach()
+    direction = (weight[yes_token_id] - weight[no_token_id]).to(torch.float32)
+    bias = None
+    if getattr(head, "bias", None) is not None:
+        bias = (head.bias[yes_token_id] - head.bias[no_token_id]).detach().reshape(1)
+
+    class DecoderScoreGraph(torch.nn.Module):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = model.model
+            self.answer = torch.nn.Linear(direction.shape[0], 1, bias=bias is not None)
+            with torch.no_grad():
+                self.answer.weight.copy_(direction.reshape(1, -1))
+                if bias is not None:
+                    self.answer.bias.copy_(bias)
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.body(input_ids=input_ids, attention_mask=causal_mask(attention_mask),
+                               use_cache=False).last_hidden_state
+            last = attention_mask.sum(dim=1) - 1
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            return self.answer(hidden[rows, last])
+
+    return DecoderScoreGraph().eval()
+
+
+def causal_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[batch, 1, sequence, sequence] additive mask: 0 where a query may attend, float32 min
+    where the key is later than the query or padding (what transformers builds from a 2-D mask)."""
+    torch = require("torch", extra="export")
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    allowed = (positions[None, :] <= positions[:, None])[None, None, :, :] \
+        & attention_mask[:, None, None, :].bool()
+    blocked = torch.zeros(allowed.shape, dtype=torch.float32, device=attention_mask.device)
+    return blocked.masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+def reference_runner(model: Any, *, yes_token_id: int,
+                     no_token_id: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """The unmodified causal LM as run(feeds) -> [batch, 1] logit(yes) - logit(no).
+
+    Feeds are right-padded, so each row's last real token is at sum(attention_mask) - 1 and its
+    positions are those of the row alone; the full vocabulary projection runs at that token only
+    (the model card's ``logits[:, -1, :]`` for the row alone), not at every position.
+    """
+    torch = require("torch", extra="export")
+
+    def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        input_ids = torch.from_numpy(feeds["input_ids"])
+        attention_mask = torch.from_numpy(feeds["attention_mask"])
+        with torch.inference_mode():
+            hidden = model.model(input_ids=input_ids, attention_mask=attention_mask,
+                                 use_cache=False).last_hidden_state
+            last = attention_mask.sum(dim=1) - 1
+            logits = model.lm_head(hidden[torch.arange(hidden.shape[0]), last]).float()
+            return (logits[:, yes_token_id] - logits[:, no_token_id]).reshape(-1, 1).numpy()
+
+    return run
+
+
+def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) -> tuple[str, ...]:
+    """torch.onnx.export `graph` to `out_path` (dynamic batch and sequence axes).
+
+    A graph over protobuf's 2 GB limit (a 0.6B model in fp32 is 2.4 GB) keeps its weights in one
+    external data file beside it, ``<out_path name>.data``.
+
+    Returns:
+        The external data file names written beside `out_path` (empty for a self-contained file).
+    """
+    torch = require("torch", extra="export")
+    onnx = require("onnx", extra="export")
+    out_path = Path(out_path)
+    staging = out_path.parent / f".{out_path.stem}-export"
+    staging.mkdir(parents=True, exist_ok=True)
+    traced = staging / out_path.name
+    # batch 2 x sequence 16: distinct sizes so the exporter cannot confuse the two axes
+    dummy = (torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long))
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    axes[OUTPUT_NAME] = {0: "batch"}
+    with torch.inference_mode(), warnings.catch_warnings():
+        # the TorchScript exporter, as for cross-encoders (onnxrank.export.onnx); its
+        # deprecation notice and tracer warnings are not something the user can act on
+        warnings.simplefilter("ignore")
+        torch.onnx.export(graph, dummy, str(traced), input_names=list(INPUT_NAMES),
+                          output_names=[OUTPUT_NAME], dynamic_axes=axes, opset_version=opset,
+                          do_constant_folding=True, dynamo=False)
+    # the exporter spreads large weights over one file per tensor: gather them into one
+    proto = onnx.load(str(traced))
+    external = proto.ByteSize() > PROTOBUF_LIMIT_BYTES
+    data_name = out_path.name + EXTERNAL_DATA_SUFFIX
+    onnx.save_model(proto, str(out_path), save_as_external_data=external,
+                    all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
+    for leftover in staging.iterdir():
+        leftover.unlink()
+    staging.rmdir()
+    return (data_name,) if external else ()
+
+
+class DecoderFamily(Family):
+    """Causal LMs scored with a prompt recipe (``--recipe``; Qwen3-Reranker's is chosen by Hub id).
+
+    Tested on Qwen3 (Qwen3ForCausalLM). Llama-shaped decoders (Qwen2, Mistral, Gemma) have the
+    same ``model.model`` / ``lm_head`` layout and take the same 4-D mask, but are not claimed until
+    a test checks them against their PyTorch reference.
+    """
+
+    name = "decoder"
+    model_types = ("qwen3",)
+    examples = ("Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Reranker-4B", "Qwen/Qwen3-Reranker-8B")
+    ort_model_type = None  # onnxruntime's transformer optimizer has no fusions for these graphs
+    ov_int8_mode = "weight_only"
+    uses_recipe = True
+
+    def model_class(self, task: str) -> Any:
+        transformers = require("transformers", extra="export")
+        return transformers.AutoModelForCausalLM
+
+    def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
+        return INPUT_NAMES
+
+    def max_length(self, config: Any, tokenizer: Any) -> int:
+        return min(DEFAULT_MAX_LENGTH, self.max_positions(config))
+
+    def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
+        yes, no = self.answer_ids(loaded)
+        return score_graph(model, yes_token_id=yes, no_token_id=no)
+
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
+        return export_score_graph(module, out_path, opset=opset)
+
+    def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        yes, no = self.answer_ids(loaded)
+        return reference_runner(loaded.model, yes_token_id=yes, no_token_id=no)
+
+    def cls_only_support(self, model: Any) -> str | None:
+        return ("a decoder reranker reads the last token, not [CLS]: its vocabulary projection is "
+                "pruned to the yes/no rows instead (see the manifest's prompt)")
+
+    def variant_reasons(self, config: Any) -> dict[str, str]:
+        reasons = super().variant_reasons(config)
+        reasons["fp16"] = ("fp16 is converted through onnxruntime's transformer optimizer, which "
+                           f"knows no {config.model_type!r} graph; and a CPU cannot validate it")
+        return reasons
+
+    def int8_recipes(self, recipes: tuple[Int8Settings, ...]) -> tuple[Int8Settings, ...]:
+        # The ladder's later steps keep GELU up-projections in fp32 or quantize only fused
+        # Attention: this graph has neither, so they would repeat the first file or quantize
+        # nothing and pass as "int8". Only the recipes on every op apply.
+        return tuple(recipe for recipe in recipes
+                     if recipe.op_types is None and recipe.fp32_ffn_up_layers == 0)
+
+    def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
+        yes, no = self.answer_ids(loaded)
+        return self.recipe(loaded).to_manifest(yes_token_id=yes, no_token_id=no)
+
+    def recipe(self, loaded: LoadedModel) -> PromptRecipe:
+        """The export's recipe (``--recipe``, or the built-in one for a known Hub id).
+
+        Raises:
+            ExportError: No recipe was given or found for this checkpoint.
+        """
+        recipe = getattr(loaded, "recipe", None)
+        if recipe is None:
+            where = loaded.source.get("model_id") or loaded.source.get("path")
+            raise ExportError(
+                f"{where} is a decoder ({loaded.config.model_type}, "
+                f"{', '.join(loaded.config.architectures or [])}): it scores pairs through a "
+                "prompt recipe; pass --recipe qwen3-reranker (the built-in one) or --recipe "
+                "FILE.json"
+            )
+        return recipe
+
+    def answer_ids(self, loaded: LoadedModel) -> tuple[int, int]:
+        """The recipe's (yes, no) token ids in the checkpoint's tokenizer.
+
+        Raises:
+            ExportError: An answer word is not a single token, or the template lacks a slot.
+        """
+        from onnxrank.export.recipes import answer_token_ids
+
+        return answer_token_ids(self.recipe(loaded), loaded.tokenizer.backend_tokenizer)
+
+    def describe(self, config: Any) -> dict[str, Any]:
+        return {**super().describe(config), "graph": "logits = logit(yes) - logit(no) at each "
+                "row's last real token; vocabulary projection pruned to that one row; no KV cache"}
+
+
+FAMILY = DecoderFamily()

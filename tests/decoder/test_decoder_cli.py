@@ -1,0 +1,74 @@
+"""The commands run a decoder reranker: `onnxrank score`, `onnxrank query --rerank` and the
+server, each with the instruction option."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank.cli import main
+from onnxrank.engine.reranker import Reranker
+from onnxrank.serve import ServeConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "retrieval"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
+from retrieval_fixtures import CORPUS, write_model_dir  # noqa: E402
+from serve_helpers import running_server  # noqa: E402
+
+QUERY = "what is known about wing flutter at high speeds"
+DOCUMENTS = ["The flutter of aircraft wings at transonic speeds was studied in a wind tunnel.",
+             "Boundary layer transition on a flat plate.", "wings", ""]
+INSTRUCTION = "Find reports on aircraft structures"
+FP32 = ["--device", "cpu", "--backend", "onnxruntime", "--precision", "fp32"]
+
+
+def test_score_command(decoder_model_dir: Path, fp32_decoder: Reranker, tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"id": i, "query": QUERY, "document": d}) + "\n"
+                             for i, d in enumerate(DOCUMENTS)))
+    output = tmp_path / "scores.jsonl"
+    assert main(["score", "--input", str(pairs), "--output", str(output), "--model",
+                 str(decoder_model_dir), "--instruction", INSTRUCTION, "--no-progress",
+                 *FP32]) == 0
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    expected = fp32_decoder.score([(QUERY, d) for d in DOCUMENTS], instruction=INSTRUCTION)
+    np.testing.assert_allclose([row["score"] for row in rows], expected, atol=1e-5, rtol=0)
+
+
+def test_query_with_rerank(decoder_model_dir: Path, fp32_decoder: Reranker, tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model_dir(models / "minilm-embedder", task="embedding", name="bow-embedder")
+    (models / "qwen3-tiny").symlink_to(decoder_model_dir)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for record in CORPUS:
+        (docs / f"{record['id']}.md").write_text(f"# {record['title']}\n\n{record['text']}\n")
+    index = tmp_path / "index"
+    assert main(["index", "--source", str(docs), "--index", str(index), "--models-dir",
+                 str(models), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["query", "heat conduction", "--index", str(index), "--models-dir", str(models),
+                 "--rerank", "--model", "qwen3-tiny", "--k", "3", "--instruction", INSTRUCTION,
+                 "--json", *FP32]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["reranker_model"] == fp32_decoder.spec.name
+    results = payload["results"]
+    assert len(results) == 3 and all(hit["reranked"] for hit in results)
+    scores = [hit["rerank_score"] for hit in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_served(fp32_decoder: Reranker) -> None:
+    expected = fp32_decoder.activate(fp32_decoder.score([(QUERY, d) for d in DOCUMENTS]))
+    with running_server(fp32_decoder, ServeConfig(port=0)) as server:
+        body = server.client.post("/v1/rerank", json={"query": QUERY,
+                                                      "documents": DOCUMENTS}).json()
+    assert [item["index"] for item in body["results"]] == list(np.argsort(-expected, kind="stable"))
+    np.testing.assert_allclose([item["relevance_score"] for item in body["results"]],
+                               np.sort(expected)[::-1], atol=1e-6, rtol=0)
