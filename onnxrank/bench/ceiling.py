@@ -53,6 +53,7 @@ SEED = 0
 # Scale of every int8 weight column (DynamicQuantizeMatMul, OpenVINO int8), and the range OpenVINO's
 # FakeQuantize maps activations from (the standard-normal operands stay well inside it).
 WEIGHT_SCALE = 0.01
+SEVEN_BITS = 64  # int8 operands in [-64, 64): see _operands
 ACTIVATION_RANGE = 4.0
 
 
@@ -135,7 +136,10 @@ def _operands(shape: GemmShape, rng: np.random.Generator, left_dtype: Any,
         if np.dtype(dtype) == np.uint8:
             return rng.integers(0, 256, dims, dtype=np.uint8)
         if np.dtype(dtype) == np.int8:
-            return rng.integers(-127, 128, dims, dtype=np.int8)
+            # 7-bit values, as int8 quantizers use them on CPUs without VNNI (onnxruntime's
+            # reduce_range, NNCF's overflow fix): there vpmaddubsw adds two u8 x s8 products in
+            # int16, which saturates beyond 32,767, and the product would not be the GEMM's.
+            return rng.integers(-SEVEN_BITS, SEVEN_BITS, dims, dtype=np.int8)
         return rng.standard_normal(dims, dtype=np.float32)
 
     return draw(left_shape, left_dtype), draw(right_shape, right_dtype)
