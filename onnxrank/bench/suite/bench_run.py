@@ -118,6 +118,7 @@ FULL_TIME_CAPS_S = {
     "max_batch_tokens": 30.0, "max_batch_size": 30.0, "padding/mixed": 35.0,
     "padding/mixed_uniform": 30.0, "threads": 20.0, "precision": 40.0,
     "long_documents": 35.0, "order_check": 15.0, "retrieval_stages": 15.0,
+    "overhead/short": 20.0, "overhead/mixed": 30.0,
 }
 FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=40, throughput_requests=40,
              throughput_requests_per_round=4, sweep_queries=20, long_document_queries=10,
