@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from onnxrank.engine.backends.openvino import cpu_capabilities
 from onnxrank.engine.devices import CPU_PROVIDER, CUDA_PROVIDER, cpu_model, usable_cpus
+from onnxrank.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
@@ -120,9 +122,18 @@ def machine_info() -> dict[str, Any]:
         "numpy": np.__version__,
         "onnxruntime": ort.__version__,
         "openvino": _version("openvino"),
+        # beside the machine class read from the CPU flags: what OpenVINO computes natively
+        "openvino_capabilities": _openvino_capabilities(),
         "available_providers": ort.get_available_providers(),
         "git_commit": source_revision(),
     }
+
+
+def _openvino_capabilities() -> list[str] | str:
+    try:
+        return cpu_capabilities()
+    except MissingDependencyError as err:
+        return f"not installed: {err}"
 
 
 def _version(distribution: str) -> str:

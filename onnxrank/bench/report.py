@@ -53,6 +53,10 @@ def write_summary_json(path: Path, run: dict[str, Any], results: Sequence[Scenar
     return path
 
 
+def _capabilities(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value)
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -75,8 +79,9 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         f"- Machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores; GPU: "
         f"{', '.join(machine['gpus']) or 'none'}; onnxruntime {machine['onnxruntime']} "
         f"({', '.join(machine['available_providers'])}); commit {machine['git_commit']}",
-        f"- Machine class: **{run.get('machine_class', '?')}** (budgets of another class are "
-        "reported, not enforced)",
+        f"- Machine class: **{run.get('machine_class', '?')}**, from the CPU flags (OpenVINO's CPU "
+        f"capabilities: {_capabilities(machine.get('openvino_capabilities'))}); budgets of another "
+        "class are reported, not enforced",
         f"- Threads: {run['threads']} for every runtime. Calibration: {run['calibration_ms']:.1f} "
         f"ms now vs {run['reference_ms']:.1f} ms on {run['reference_machine']}: latency budgets "
         f"x{run['scale']:.2f}",

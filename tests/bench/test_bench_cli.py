@@ -261,7 +261,8 @@ def test_results_record_device_and_settings_in_extra_info(quick_run) -> None:
     assert engine["max_batch_tokens"] == 8192 and engine["threads"] == info["threads"]
     assert info["contenders"]["st"]["threads"] == info["threads"]
     assert set(info["machine"]) >= {"cpu_model", "usable_cores", "gpus", "onnxruntime",
-                                    "openvino", "git_commit"}
+                                    "openvino", "openvino_capabilities", "git_commit"}
+    assert info["machine_class"] == classify(read_cpu().flags)
     assert latency["stats"]["rounds"] == 2
 
 
