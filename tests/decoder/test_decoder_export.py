@@ -13,7 +13,7 @@ from decoder_reference import ModelCardReranker
 
 from onnxrank.cli import main
 from onnxrank.engine.reranker import Reranker
-from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.spec import load_model_spec, sha256_file, verify_files
 from onnxrank.export.recipes import QWEN3_RERANKER
 from onnxrank.export.validate import load_validation_pairs
 
@@ -68,6 +68,28 @@ def test_the_default_variant_keeps_the_held_out_ranking(decoder_model_dir: Path,
     spearman = _spearman(scores, model_card.p_yes(pairs))
     assert spearman >= 0.98, (f"{reranker.device_info.backend}/{reranker.device_info.precision}: "
                               f"held-out Spearman {spearman:.4f} vs the model card")
+
+
+def test_a_graph_over_the_protobuf_limit_keeps_its_weights_beside_it(
+    decoder_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    model_card: ModelCardReranker,
+) -> None:
+    # a 0.6B model is 2.4 GB in fp32; a tiny limit takes the same path with the tiny model
+    import onnxrank.export.families.decoder as decoder
+
+    monkeypatch.setattr(decoder, "PROTOBUF_LIMIT_BYTES", 1000)
+    out = tmp_path / "models" / "external"
+    assert main(["export", "--model", str(decoder_checkpoint), "--recipe", "qwen3-reranker",
+                 "--out", str(out), "--variants", "fp32", "--max-length", str(model_card.max_length),
+                 "--validation-pairs", "16", "--quiet"]) == 0
+    spec = load_model_spec(out)
+    data = out / "model.onnx.data"
+    assert spec.variants["fp32"].extra_files == {"model.onnx.data": sha256_file(data)}
+    assert (out / "model.onnx").stat().st_size < data.stat().st_size
+    verify_files(spec, out)
+    reranker = Reranker.from_dir(out, device="cpu", backend="onnxruntime", precision="fp32")
+    pairs = [("wing flutter", LONG), ("boundary layer", "laminar flow on a flat plate")]
+    assert np.abs(reranker.activate(reranker.score(pairs)) - model_card.p_yes(pairs)).max() <= 1e-4
 
 
 @pytest.mark.parametrize(("change", "message"), [
