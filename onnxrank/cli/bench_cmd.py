@@ -47,12 +47,14 @@ SCENARIO_FILES = {
     "long_documents": "test_long_documents.py",
     "retrieval_stages": "test_retrieval_stages.py",
     "order_check": "test_order_check.py",
-    "serving": "test_serving.py",
     "overhead": "test_overhead.py",
 }
-# Run only when named: they build full-size checkpoints of other model families and take far
-# longer than the 15 minutes of a default run.
+# Run only when named: families and decoder build full-size checkpoints of other model families;
+# serving starts servers and a peer and runs fixed client levels (a closed-loop round at 64
+# clients is 128 requests of 50 candidates per server). Each takes far longer than the 15
+# minutes of a default run.
 OPT_IN_SCENARIO_FILES = {
+    "serving": "test_serving.py",
     "families": "test_families.py",
     "decoder": "test_decoder.py",
 }
@@ -67,7 +69,7 @@ EPILOG = f"""examples:
   onnxrank bench --device cpu,cuda --regimes short,mixed --scenarios latency
   onnxrank bench --quick --budgets my_budgets.toml
   onnxrank bench --quick --scenarios latency --precision fp32 --max-batch-tokens 4096
-  onnxrank bench --scenarios families,decoder    # opt-in: other model families, long
+  onnxrank bench --scenarios serving,families,decoder   # opt-in: servers, other models; long
 
 Outputs in --out: summary.md (tables), summary.json (our summary), {PYTEST_BENCHMARK_JSON}
 (pytest-benchmark's raw data, with device and settings in extra_info) and PNG plots.
@@ -225,6 +227,8 @@ def run_bench(args: argparse.Namespace) -> int:
         pytest_args.append(f"--bench-threads={args.threads}")
     if args.queries is not None:
         pytest_args.append(f"--bench-queries={args.queries}")
+    if args.infinity is not None:
+        pytest_args.append(f"--bench-infinity={args.infinity}")
     logger.info("pytest %s", " ".join(pytest_args))
     code = int(pytest.main(pytest_args))
     print(f"onnxrank bench: report in {out} (summary.md, summary.json, "
@@ -258,9 +262,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              type=_checked(parse_scenarios),
              help=f"scenario groups, comma-separated: {', '.join(SCENARIO_FILES)}; or "
                   f"{ALL_SCENARIOS} (those). Run only when named, never by {ALL_SCENARIOS}: "
-                  f"{', '.join(OPT_IN_SCENARIO_FILES)} (they build full-size checkpoints of "
-                  "other model families and take far longer than a default run). The ceiling "
-                  "always runs, first")
+                  f"{', '.join(OPT_IN_SCENARIO_FILES)} (servers and a peer, full-size "
+                  "checkpoints of other model families: each takes far longer than a default "
+                  "run). The ceiling always runs, first")
     # The rerank model: the engine's global twins (ONNXRANK_MODEL, ONNXRANK_MODELS_DIR), which
     # mean the same in every command.
     add_flag(parser, None, "--model", default=DEFAULT_RERANK_MODEL,
@@ -282,6 +286,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "or at its time cap")
     add_flag(parser, COMMAND, "--threads", type=positive_int, default=None,
              help="threads for every runtime (default: the CPUs this process may use)")
+    add_flag(parser, COMMAND, "--infinity", default=None,
+             help="the serving scenario's peer: Infinity's infinity_emb executable (default: the "
+                  "one on PATH; reported as skipped, with its install command, when absent)")
     engine = parser.add_argument_group(
         "engine options (same meaning and twins as in every command; for every engine "
         "contender, a sweep varies its own setting on top)")

@@ -90,8 +90,9 @@ def quick_run(installed: Path, tiny_model_dir: Path, tiny_embedder_dir: Path,
                            cwd=work, env=environment, capture_output=True, text=True, check=True)
     assert where.stdout.strip() == str(installed / "onnxrank" / "__init__.py")
     completed = subprocess.run(
+        # every default scenario and the opt-in serving one (its servers and report plot)
         [str(installed / "bin" / "onnxrank"), "bench", "--quick", "--model", str(tiny_model_dir),
-         "--embedder", str(tiny_embedder_dir)],
+         "--embedder", str(tiny_embedder_dir), "--scenarios", ",".join([*SCENARIO_FILES, "serving"])],
         cwd=work, env=environment, capture_output=True, text=True, timeout=900,
     )
     return completed, work
@@ -454,7 +455,7 @@ def test_the_ceiling_always_runs_first() -> None:
 
 def test_opt_in_scenarios_run_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    assert {"families", "decoder"} == set(OPT_IN_SCENARIO_FILES)
+    assert {"serving", "families", "decoder"} == set(OPT_IN_SCENARIO_FILES)
     assert not set(OPT_IN_SCENARIO_FILES) & set(parse_scenarios("all"))
     assert "overhead" in parse_scenarios("all")
     assert parse_scenarios("families,decoder") == ["ceiling", "families", "decoder"]

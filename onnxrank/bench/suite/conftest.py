@@ -56,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-threads", type=int, default=None,
                     help="threads for every runtime (default: usable cores)")
     group.addoption("--bench-out", default=str(DEFAULT_OUT), help="report directory")
+    group.addoption("--bench-infinity", default=None,
+                    help="Infinity's infinity_emb executable for the serving scenario (default: "
+                         "the one on PATH)")
     group.addoption("--bench-budgets", default=str(DEFAULT_BUDGETS), help="budgets TOML file")
 
 
