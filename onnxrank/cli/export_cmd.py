@@ -170,7 +170,23 @@ def _spec_table(spec: ModelSpec) -> list[str]:
         variant = spec.variants[name]
         lines.append(f"  {name:<7} {variant.file:<17} {variant.size_bytes / 1e6:8.1f} MB  "
                      f"{_fidelity_summary(spec.task, variant.fidelity)}")
+    # one line per variant asked for but left out, with its reason
+    for name, failure in spec.failed_variants.items():
+        lines.append(f"  {name:<7} left out ({failure.get('stage', 'failed')}): "
+                     f"{failure.get('reason', 'no reason recorded')}")
     return lines
+
+
+def _family_text(spec: ModelSpec) -> str:
+    family = spec.family or {}
+    if not family:
+        return "family not recorded (exported before families)"
+    text = f"family {family.get('name')} (model_type {family.get('model_type')})"
+    rewrite = spec.graph_rewrites.get("cls_only_last_layer", {})
+    if rewrite:
+        text += ("  [CLS]-only last layer" if rewrite.get("applied")
+                 else f"  full last layer: {rewrite.get('reason')}")
+    return text
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -202,7 +218,7 @@ def run_export(args: argparse.Namespace) -> int:
     result = export_model(request, show_progress=not args.quiet)
     if not args.quiet:
         print(f"exported {args.model} -> {result.model_dir} ({result.spec.task}, "
-              f"max_length {result.spec.max_length})")
+              f"max_length {result.spec.max_length}, {_family_text(result.spec)})")
         print("\n".join(_spec_table(result.spec)))
     return 0
 
@@ -226,6 +242,7 @@ def run_models_list(args: argparse.Namespace) -> int:
         print(f"{model_dir.name}  {spec.task}  max_length {spec.max_length}  "
               f"source {spec.source.get('kind')}:{spec.source.get('model_id', spec.source.get('path'))}"
               f"{trained}")
+        print(f"  {_family_text(spec)}")
         print("\n".join(_spec_table(spec)))
     if not found:
         print(f"no exported models under {directory} (directories with manifest.json)")

@@ -5,13 +5,61 @@ ContextPooler head reading position 0, sentencepiece Unigram tokenizers (``[CLS]
 
 onnxruntime's transformer optimizer has no DeBERTa fusions (opt is left out). The [CLS]-only
 rewrite is not applied: transformers' ``query_states`` path broadcasts the position->content term
-of every query row onto a single-row query, so a row-0 layer built on it would not be exact."""
+of every query row onto a single-row query, so a row-0 layer built on it would not be exact.
+
+transformers compiles DeBERTa's position helpers with ``torch.jit.script``; traced, they become
+ONNX ``If`` nodes of dynamic rank that OpenVINO's CPU plugin cannot compile and NNCF cannot
+quantize (the ov_int8 crash of issue 19). The export traces the library's own helpers as plain
+Python instead (same source, decorator removed), which gives static ops."""
 
 from __future__ import annotations
 
-from typing import Any
+import ast
+import contextlib
+import inspect
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from onnxrank.export.families.base import Family
+
+if TYPE_CHECKING:
+    import torch
+
+MODELING_MODULES = ("transformers.models.deberta_v2.modeling_deberta_v2",
+                    "transformers.models.deberta.modeling_deberta")
+
+
+def _is_jit_script(decorator: ast.expr) -> bool:
+    return ast.unparse(decorator) in ("torch.jit.script", "jit.script")
+
+
+@contextlib.contextmanager
+def plain_python_helpers() -> Iterator[None]:
+    """Within the block, the modeling modules' ``torch.jit.script`` functions are the same
+    functions compiled from their source without the decorator (so the tracer records ops)."""
+    patched: list[tuple[Any, str, Any]] = []
+    try:
+        for name in MODELING_MODULES:
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            tree = ast.parse(inspect.getsource(module))
+            scripted = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                        and any(_is_jit_script(d) for d in node.decorator_list)]
+            for node in scripted:
+                node.decorator_list = [d for d in node.decorator_list if not _is_jit_script(d)]
+            namespace = dict(vars(module))
+            exec(compile(ast.Module(body=scripted, type_ignores=[]), module.__file__, "exec"),  # noqa: S102
+                 namespace)
+            for node in scripted:
+                patched.append((module, node.name, getattr(module, node.name)))
+                setattr(module, node.name, namespace[node.name])
+        yield
+    finally:
+        for module, attribute, original in reversed(patched):
+            setattr(module, attribute, original)
 
 
 class DebertaV2Family(Family):
@@ -25,6 +73,12 @@ class DebertaV2Family(Family):
         # relative attention alone (v3: position_biased_input false) has no absolute table, but
         # the checkpoints were trained to max_position_embeddings: keep that as the limit
         return int(config.max_position_embeddings)
+
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
+        with plain_python_helpers():
+            return super().export_graph(module, out_path, task=task, input_names=input_names,
+                                        opset=opset)
 
     def cls_only_support(self, model: Any) -> str | None:
         return ("DeBERTa's disentangled attention: the position->content term of a row-0 query "

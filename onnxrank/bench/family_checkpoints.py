@@ -1,0 +1,271 @@
+"""Random-weight cross-encoder checkpoints of every export family, built offline (no Hub).
+
+``size="full"``: each family's published base configuration (hard-coded below, from the Hub
+config.json of the model named in FULL_CONFIGS), random weights: **speed only**, never relevance
+(the manifest says ``relevance_trained: false`` and the marker says "random weights: speed
+only"). ``size="tiny"``: the same family at 2 layers and hidden 32-64, for tests.
+
+Each checkpoint gets a tokenizer of its family's kind, trained with the `tokenizers` library on
+the shipped pair text (onnxrank/data), so token counts on English text are realistic:
+
+* bert, electra: WordPiece, lower-cased, ``[CLS] q [SEP] d [SEP]`` with token types;
+* xlm-roberta: a sentencepiece-style Unigram (Metaspace), ``<s> q </s></s> d </s>``, no token
+  types;
+* modernbert: byte-level BPE, ``[CLS] q [SEP] d [SEP]``, no ``token_type_ids`` input;
+* deberta-v2: a sentencepiece-style Unigram (Metaspace), ``[CLS] q [SEP] d [SEP]``.
+
+Command line (what the bench's ``families`` scenario expects)::
+
+    python -m onnxrank.bench.family_checkpoints --size full --out DIR [--export]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from onnxrank._optional import require
+from onnxrank.export.standin import STANDIN_MARKER
+
+logger = logging.getLogger(__name__)
+
+Size = Literal["tiny", "full"]
+FAMILY_NAMES = ("bert", "electra", "xlm-roberta", "modernbert", "deberta-v2")
+SPEED_ONLY = "random weights: speed only"
+# Published base configurations (config.json of the model named), random weights.
+FULL_CONFIGS: dict[str, dict[str, Any]] = {
+    # cross-encoder/ms-marco-MiniLM-L-6-v2
+    "bert": {"model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "vocab_size": 30522,
+             "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+             "intermediate_size": 1536, "max_position_embeddings": 512, "type_vocab_size": 2},
+    # cross-encoder/ms-marco-electra-base (google/electra-base-discriminator)
+    "electra": {"model": "cross-encoder/ms-marco-electra-base", "vocab_size": 30522,
+                "embedding_size": 768, "hidden_size": 768, "num_hidden_layers": 12,
+                "num_attention_heads": 12, "intermediate_size": 3072,
+                "max_position_embeddings": 512, "type_vocab_size": 2},
+    # BAAI/bge-reranker-base (xlm-roberta-base)
+    "xlm-roberta": {"model": "BAAI/bge-reranker-base", "vocab_size": 250002, "hidden_size": 768,
+                    "num_hidden_layers": 12, "num_attention_heads": 12,
+                    "intermediate_size": 3072, "max_position_embeddings": 514,
+                    "type_vocab_size": 1, "layer_norm_eps": 1e-5},
+    # Alibaba-NLP/gte-reranker-modernbert-base (answerdotai/ModernBERT-base)
+    "modernbert": {"model": "Alibaba-NLP/gte-reranker-modernbert-base", "vocab_size": 50368,
+                   "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
+                   "intermediate_size": 1152, "max_position_embeddings": 8192,
+                   "global_attn_every_n_layers": 3, "local_attention": 128,
+                   "global_rope_theta": 160000.0, "local_rope_theta": 10000.0},
+    # mixedbread-ai/mxbai-rerank-base-v1 (microsoft/deberta-v3-base)
+    "deberta-v2": {"model": "mixedbread-ai/mxbai-rerank-base-v1", "vocab_size": 128100,
+                   "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                   "intermediate_size": 3072, "max_position_embeddings": 512,
+                   "relative_attention": True, "position_buckets": 256,
+                   "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                   "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
+                   "type_vocab_size": 0, "max_relative_positions": -1, "layer_norm_eps": 1e-7,
+                   "pooler_hidden_size": 768},
+}
+TINY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 128, "initializer_range": 0.2}
+TINY_VOCAB, FULL_VOCAB = 1000, 16000
+# texts a tiny tokenizer trains on (seconds, not tens of seconds, per test session)
+TINY_TEXTS = 1500
+# the head's logits are rescaled to this standard deviation, so rankings are not float noise
+HEAD_STD = 1.0
+
+
+def _texts() -> Iterator[str]:
+    seen: set[str] = set()
+    for name in ("validation_pairs.jsonl", "calibration_pairs.jsonl", "standin_head_pairs.jsonl"):
+        for line in resources.files("onnxrank.data").joinpath(name).read_text("utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            for text in (row["query"], row["passage"]):
+                if text not in seen:
+                    seen.add(text)
+                    yield text
+
+
+def build_tokenizer(family: str, vocab_size: int, *, texts: int | None = None) -> Any:
+    """A transformers fast tokenizer of `family`'s kind, trained on the shipped pair text (the
+    first `texts` distinct texts; None = all)."""
+    tokenizers = require("tokenizers", extra="export")
+    transformers = require("transformers", extra="export")
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    if family in ("bert", "electra"):
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        trainer: Any = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
+    elif family == "modernbert":
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif family in ("xlm-roberta", "deberta-v2"):
+        specials = (["<s>", "<pad>", "</s>", "<unk>", "<mask>"] if family == "xlm-roberta"
+                    else ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"])
+        unk = "<unk>" if family == "xlm-roberta" else "[UNK]"
+        tokenizer = tokenizers.Tokenizer(models.Unigram())
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+        tokenizer.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                          unk_token=unk)
+    else:
+        raise ValueError(f"family must be one of {', '.join(FAMILY_NAMES)}, got {family!r}")
+    tokenizer.train_from_iterator(itertools.islice(_texts(), texts), trainer=trainer)
+
+    def token(text: str) -> tuple[str, int]:
+        return text, tokenizer.token_to_id(text)
+
+    if family == "xlm-roberta":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[token("<s>"), token("</s>")])
+        return transformers.XLMRobertaTokenizerFast(
+            tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+            cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+            model_max_length=512)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[token("[CLS]"), token("[SEP]")])
+    fast_class = {"bert": transformers.BertTokenizerFast,
+                  "electra": transformers.ElectraTokenizerFast,
+                  "modernbert": transformers.PreTrainedTokenizerFast,
+                  "deberta-v2": transformers.DebertaV2TokenizerFast}[family]
+    extra = {"model_input_names": ["input_ids", "attention_mask"]} if family == "modernbert" else {}
+    return fast_class(tokenizer_object=tokenizer, unk_token="[UNK]", sep_token="[SEP]",
+                      pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]", **extra)
+
+
+def build_config(family: str, size: Size, tokenizer: Any, *,
+                 max_position_embeddings: int | None = None) -> Any:
+    """The transformers config of `family` at `size` (num_labels 1, ids from `tokenizer`)."""
+    transformers = require("transformers", extra="export")
+    published = {key: value for key, value in FULL_CONFIGS[family].items() if key != "model"}
+    values = dict(published)
+    if size == "tiny":
+        values.update(TINY_SHAPE, vocab_size=len(tokenizer))
+        values.pop("embedding_size", None)
+        values.pop("pooler_hidden_size", None)
+        if family == "modernbert":
+            values.update(global_attn_every_n_layers=2, local_attention=16)
+        if family == "xlm-roberta":
+            values["max_position_embeddings"] = 514
+    if max_position_embeddings is not None:
+        values["max_position_embeddings"] = max_position_embeddings
+    ids = {"pad_token_id": tokenizer.pad_token_id}
+    if family == "modernbert":
+        ids.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+                   bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+    if family == "xlm-roberta":
+        ids.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config_class = {"bert": transformers.BertConfig, "electra": transformers.ElectraConfig,
+                    "xlm-roberta": transformers.XLMRobertaConfig,
+                    "modernbert": transformers.ModernBertConfig,
+                    "deberta-v2": transformers.DebertaV2Config}[family]
+    config = config_class(num_labels=1, **values, **ids)
+    architecture = {"bert": "BertForSequenceClassification",
+                    "electra": "ElectraForSequenceClassification",
+                    "xlm-roberta": "XLMRobertaForSequenceClassification",
+                    "modernbert": "ModernBertForSequenceClassification",
+                    "deberta-v2": "DebertaV2ForSequenceClassification"}[family]
+    config.architectures = [architecture]
+    return config
+
+
+def _spread_head(model: Any, tokenizer: Any) -> None:
+    """Rescale the classifier's last projection so the logits of a few shipped pairs have
+    standard deviation HEAD_STD (a random head's logits barely differ)."""
+    torch = require("torch", extra="export")
+    texts = list(_texts())[:64]
+    batch = tokenizer(texts[0::2], texts[1::2], truncation=True, max_length=128, padding=True,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        logits = model(**batch).logits[:, 0]
+    last = [module for module in model.modules() if isinstance(module, torch.nn.Linear)
+            and module.out_features == 1][-1]
+    scale = HEAD_STD / max(float(logits.std()), 1e-6)
+    with torch.no_grad():
+        last.weight.mul_(scale)
+        if last.bias is not None:
+            last.bias.zero_()
+
+
+def build_family_checkpoint(family: str, out_dir: Path, *, size: Size = "tiny", seed: int = 0,
+                            max_position_embeddings: int | None = None) -> Path:
+    """Write a random-weight ``*ForSequenceClassification`` checkpoint of `family` to `out_dir`
+    (save_pretrained of the model and of its fast tokenizer, plus the stand-in marker).
+
+    Args:
+        family: One of FAMILY_NAMES.
+        size: ``tiny`` (tests) or ``full`` (the published base configuration; speed only).
+        seed: torch seed of the weights.
+        max_position_embeddings: Override the position limit (long-context tests).
+    """
+    if family not in FAMILY_NAMES:
+        raise ValueError(f"family must be one of {', '.join(FAMILY_NAMES)}, got {family!r}")
+    if size not in ("tiny", "full"):
+        raise ValueError(f"size must be 'tiny' or 'full', got {size!r}")
+    torch = require("torch", extra="export")
+    transformers = require("transformers", extra="export")
+    tokenizer = (build_tokenizer(family, TINY_VOCAB, texts=TINY_TEXTS) if size == "tiny"
+                 else build_tokenizer(family, FULL_VOCAB))
+    config = build_config(family, size, tokenizer, max_position_embeddings=max_position_embeddings)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
+    _spread_head(model, tokenizer)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    marker = {"kind": "rerank", "family": family, "size": size, "seed": seed,
+              "relevance_trained": False, "published_config_of": FULL_CONFIGS[family]["model"],
+              "note": f"{SPEED_ONLY}: {FULL_CONFIGS[family]['model']}'s configuration with random "
+                      "weights and a tokenizer trained on onnxrank/data"}
+    (out_dir / STANDIN_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n",
+                                          encoding="utf-8")
+    logger.info("built %s %s checkpoint in %s", size, family, out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (and with --export, export) one checkpoint per family under --out."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=("tiny", "full"), default="full")
+    parser.add_argument("--out", type=Path, required=True, help="directory for DIR/FAMILY")
+    parser.add_argument("--families", default=",".join(FAMILY_NAMES))
+    parser.add_argument("--export", action="store_true",
+                        help="also export each to OUT/FAMILY-model with onnxrank export")
+    parser.add_argument("--validation-pairs", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    for family in [name.strip() for name in args.families.split(",") if name.strip()]:
+        checkpoint = args.out / family
+        if not (checkpoint / "config.json").is_file():
+            build_family_checkpoint(family, checkpoint, size=args.size)
+        if args.export:
+            from onnxrank.export.pipeline import ExportRequest, export_model
+
+            result = export_model(ExportRequest(model=str(checkpoint),
+                                                out_dir=args.out / f"{family}-model",
+                                                validation_pairs=args.validation_pairs))
+            print(f"{family}: {', '.join(result.spec.variants)}; left out: "
+                  f"{json.dumps({k: v['reason'] for k, v in result.spec.failed_variants.items()})}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
