@@ -151,7 +151,8 @@ def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) ->
                           do_constant_folding=True, dynamo=False)
     # the exporter spreads large weights over one file per tensor: gather them into one
     proto = onnx.load(str(traced))
-    external = proto.ByteSize() > PROTOBUF_LIMIT_BYTES
+    # summed per tensor: protobuf cannot even size a message past 2 GB
+    external = sum(tensor.ByteSize() for tensor in proto.graph.initializer) > PROTOBUF_LIMIT_BYTES
     data_name = out_path.name + EXTERNAL_DATA_SUFFIX
     onnx.save_model(proto, str(out_path), save_as_external_data=external,
                     all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
