@@ -9,8 +9,11 @@
 
 The fixture exports validate on 48 pairs (3 query groups) to stay fast. Their int8 thresholds are
 relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide encoder separates inputs by small
-activation differences that int8 rounding partly erases (measured: Spearman 0.976, top-10 overlap
-0.97 on this subset). The default thresholds are tested against the full-size stand-in
+activation differences that int8 rounding partly erases (measured on an AVX-512 VNNI machine:
+Spearman 0.976, top-10 overlap 0.97 on this subset; on an AVX2-only EPYC, whose int8 kernels need
+7-bit weights (onnxrank.export.quantize.Int8Settings.reduce_range), held-out Spearman 0.874 for
+onnxruntime int8). The fixture needs every variant for the engine's tests, so its gate sits below
+both; the engine's own int8 bounds are in tests/engine/test_reranker.py. The default thresholds are tested against the full-size stand-in
 (tests/export, slow) and their enforcement with deliberately strict thresholds on the tiny model.
 """
 
@@ -35,7 +38,7 @@ def isolated_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def _tiny_thresholds():  # noqa: ANN202 - the type lives in an optional-dependency module
     from onnxrank.export.validate import FidelityThresholds
 
-    return FidelityThresholds(int8_min_spearman=0.9, int8_min_top10_overlap=0.8, int8_min_cosine=0.9)
+    return FidelityThresholds(int8_min_spearman=0.8, int8_min_top10_overlap=0.7, int8_min_cosine=0.9)
 
 
 @pytest.fixture(scope="session")

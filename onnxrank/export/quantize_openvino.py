@@ -43,6 +43,11 @@ class OvInt8Settings:
             (both inputs activations) in fp32 in every layer.
         fp32_head: Keep the classification head (the last two weight MatMul/Gemm nodes: BERT's
             pooler dense and classifier) in fp32; rerank models only.
+        overflow_fix_all_layers: 7-bit weights in every layer (NNCF OverflowFix.ENABLE; NNCF's
+            default fixes the first layer only). Without VNNI (AVX2) OpenVINO's u8 x s8 kernel
+            saturates int16 pair sums with full-range weights, and the IR runs on whatever CPU
+            loads it (on an AVX2 EPYC, tiny test model, 320 validation pairs: Spearman 0.840
+            first layer only, 0.950 every layer).
     """
 
     smooth_quant_alpha: float | None = None
@@ -50,6 +55,7 @@ class OvInt8Settings:
     fp32_ffn_down_layers: int = 0
     fp32_attention_products: bool = False
     fp32_head: bool = False
+    overflow_fix_all_layers: bool = True
 
     def __post_init__(self) -> None:
         if self.smooth_quant_alpha is not None and self.smooth_quant_alpha > 1:
@@ -130,6 +136,7 @@ def quantize_openvino_int8(
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,
         AdvancedSmoothQuantParameters,
+        OverflowFix,
     )
 
     model = openvino.Core().read_model(str(fp32_path))
@@ -139,9 +146,11 @@ def quantize_openvino_int8(
                  + (ffn_down_projections(fp32_path)[-down:] if down else [])
                  + (activation_matmuls(fp32_path) if settings.fp32_attention_products else [])
                  + (head_projections(fp32_path) if settings.fp32_head else []))
-    advanced = AdvancedQuantizationParameters()
+    overflow_fix = OverflowFix.ENABLE if settings.overflow_fix_all_layers else OverflowFix.FIRST_LAYER
+    advanced = AdvancedQuantizationParameters(overflow_fix=overflow_fix)
     if settings.smooth_quant_alpha is not None:
         advanced = AdvancedQuantizationParameters(
+            overflow_fix=overflow_fix,
             smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=settings.smooth_quant_alpha))
     quantized = nncf.quantize(
         model,
@@ -169,6 +178,7 @@ def quantize_openvino_int8(
         "fp32_ffn_down_layers": down,
         "fp32_attention_products": settings.fp32_attention_products,
         "fp32_head": settings.fp32_head,
+        "overflow_fix": overflow_fix.value,
         "nodes_kept_fp32": kept_fp32,
         "source_variant": "fp32",
         "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
