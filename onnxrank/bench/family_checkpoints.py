@@ -16,7 +16,9 @@ the shipped pair text (onnxrank/data), so token counts on English text are reali
 
 Command line (what the bench's ``families`` scenario expects)::
 
-    python -m onnxrank.bench.family_checkpoints --size full --out DIR [--export]
+    python -m onnxrank.bench.family_checkpoints --size full --out checkpoints/families --export
+
+writes checkpoints/families/FAMILY and, with --export, models/FAMILY-random-reranker.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ logger = logging.getLogger(__name__)
 Size = Literal["tiny", "full"]
 FAMILY_NAMES = ("bert", "electra", "xlm-roberta", "modernbert", "deberta-v2")
 SPEED_ONLY = "random weights: speed only"
+MODEL_SUFFIX = "-random-reranker"
 # Published base configurations (config.json of the model named), random weights.
 FULL_CONFIGS: dict[str, dict[str, Any]] = {
     # cross-encoder/ms-marco-MiniLM-L-6-v2
@@ -245,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     """Build (and with --export, export) one checkpoint per family under --out."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("tiny", "full"), default="full")
-    parser.add_argument("--out", type=Path, required=True, help="directory for DIR/FAMILY")
+    parser.add_argument("--out", type=Path, required=True, help="checkpoints go to OUT/FAMILY")
+    parser.add_argument("--models-dir", type=Path, default=Path("models"),
+                        help=f"with --export: models go to MODELS_DIR/FAMILY{MODEL_SUFFIX}")
     parser.add_argument("--families", default=",".join(FAMILY_NAMES))
     parser.add_argument("--export", action="store_true",
-                        help="also export each to OUT/FAMILY-model with onnxrank export")
+                        help="also export each with onnxrank's export pipeline")
     parser.add_argument("--validation-pairs", type=int, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
@@ -260,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             from onnxrank.export.pipeline import ExportRequest, export_model
 
             result = export_model(ExportRequest(model=str(checkpoint),
-                                                out_dir=args.out / f"{family}-model",
+                                                out_dir=args.models_dir / f"{family}{MODEL_SUFFIX}",
                                                 validation_pairs=args.validation_pairs))
             print(f"{family}: {', '.join(result.spec.variants)}; left out: "
                   f"{json.dumps({k: v['reason'] for k, v in result.spec.failed_variants.items()})}")
