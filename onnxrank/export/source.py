@@ -220,6 +220,8 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
         _check_embedding_pooling(directory)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
+        if prompt_recipe is not None and tokenizer.is_fast:  # before the (large) weights load
+            answer_token_ids(prompt_recipe, tokenizer.backend_tokenizer)
         model = family.model_class(task).from_pretrained(location, attn_implementation="eager",
                                                          **options)
     except (OSError, ValueError) as err:
@@ -233,8 +235,6 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
             "with transformers' AutoTokenizer.from_pretrained(..., use_fast=True).save_pretrained()"
         )
     model.eval()
-    if prompt_recipe is not None:  # a recipe this tokenizer cannot score fails before any export
-        answer_token_ids(prompt_recipe, tokenizer.backend_tokenizer)
     input_names = family.input_names(tokenizer, config)
     reference = None
     if task == "embedding":
