@@ -94,23 +94,38 @@ def test_int8_per_tensor_needs_an_explicit_method(capsys: pytest.CaptureFixture[
 def test_every_rerank_threshold_flag_is_enforced(
     tiny_checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # a variant beyond its threshold is left out with the message; fp32 passing keeps the export
     out = tmp_path / "models" / "strict"
     code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out),
-                 "--variants", "fp32,opt,int8,fp16", "--fp32-max-abs-diff", "-1",
+                 "--variants", "fp32,opt,int8,fp16",
                  "--opt-max-abs-diff", "-1", "--fp16-max-abs-diff", "-1",
-                 "--int8-min-spearman", "1.5", "--int8-min-top10-overlap", "1.5", *QUICK])
-    assert code == 2
-    error = capsys.readouterr().err
+                 "--int8-min-spearman", "1.5", "--int8-min-top10-overlap", "1.5",
+                 "--validation-pairs", "16"])
+    assert code == 0
+    spec = load_model_spec(out)
+    assert list(spec.variants) == ["fp32"]
     for variant, metric, threshold, flag in (
-            ("fp32", "max_abs_diff", "<= -1", "--fp32-max-abs-diff"),
             ("opt", "max_abs_diff", "<= -1", "--opt-max-abs-diff"),
             ("fp16", "max_abs_diff", "<= -1", "--fp16-max-abs-diff"),
             ("int8", "spearman", ">= 1.5", "--int8-min-spearman"),
             ("int8", "top10_overlap", ">= 1.5", "--int8-min-top10-overlap")):
+        reason = spec.failed_variants[variant]["reason"]
+        assert spec.failed_variants[variant]["stage"] == "validation"
         for part in ("tuning", "held-out"):
             assert re.search(rf"variant {variant} \({part} pairs\): {metric} = [-0-9.e]+, "
-                             rf"threshold {re.escape(threshold)} \({flag}\)", error), (flag, error)
-    assert _leftovers(out.parent, "strict") == []
+                             rf"threshold {re.escape(threshold)} \({flag}\)", reason), (flag, reason)
+    summary = capsys.readouterr().out
+    for variant in ("opt", "fp16", "int8"):
+        assert re.search(rf"  {variant} +left out \(validation\): variant {variant} ", summary)
+    # fp32 is the reference graph: its gate failing fails the export
+    code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out),
+                 "--variants", "fp32,opt", "--fp32-max-abs-diff", "-1", *QUICK])
+    assert code == 2
+    error = capsys.readouterr().err
+    for part in ("tuning", "held-out"):
+        assert re.search(rf"variant fp32 \({part} pairs\): max_abs_diff = [-0-9.e]+, "
+                         r"threshold <= -1 \(--fp32-max-abs-diff\)", error), error
+    assert load_model_spec(out).failed_variants["opt"]["stage"] == "validation"  # untouched
 
 
 def test_embedding_threshold_flags_are_enforced(
@@ -118,14 +133,18 @@ def test_embedding_threshold_flags_are_enforced(
 ) -> None:
     out = tmp_path / "models" / "strict"
     code = main(["export", "--model", str(tiny_embedder_checkpoint_dir), "--out", str(out),
-                 "--task", "embedding", "--variants", "fp32,int8",
-                 "--embedding-min-cosine", "1.5", "--int8-min-cosine", "1.5", *QUICK])
+                 "--task", "embedding", "--variants", "fp32,int8", "--int8-min-cosine", "1.5",
+                 *QUICK])
+    assert code == 0
+    assert re.search(r"variant int8 \(held-out pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
+                     r"\(--int8-min-cosine\)", load_model_spec(out).failed_variants["int8"]["reason"])
+    code = main(["export", "--model", str(tiny_embedder_checkpoint_dir), "--out", str(out),
+                 "--task", "embedding", "--variants", "fp32", "--embedding-min-cosine", "1.5",
+                 *QUICK])
     assert code == 2
     error = capsys.readouterr().err
     assert re.search(r"variant fp32 \(tuning pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
                      r"\(--embedding-min-cosine\)", error), error
-    assert re.search(r"variant int8 \(held-out pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
-                     r"\(--int8-min-cosine\)", error), error
 
 
 def test_export_replaces_an_earlier_export(

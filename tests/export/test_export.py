@@ -314,12 +314,23 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     request = ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out, variants=("fp32", "int8"),
                             validation_pairs=16,
                             thresholds=FidelityThresholds(int8_min_spearman=0.99999))
-    # every default int8 recipe is tried and each misses; the error names the last one's value
-    with pytest.raises(FidelityError, match=r"variant int8 \(tuning pairs\): spearman = 0\.\d+, "
-                       r"threshold >= 0\.99999 \(--int8-min-spearman\)") as error:
-        export_model(request)
+    # every default int8 recipe is tried and each misses: int8 is left out with the last one's
+    # value and every attempt; fp32 is kept
+    spec = export_model(request).spec
+    failure = spec.failed_variants["int8"]
+    assert re.search(r"variant int8 \(tuning pairs\): spearman = 0\.\d+, "
+                     r"threshold >= 0\.99999 \(--int8-min-spearman\)", failure["reason"])
+    assert len(failure["attempts"]) >= 2
+    assert not any(attempt["passed_on_tuning"] for attempt in failure["attempts"])
+    assert list(spec.variants) == ["fp32"] and not (out / "model_int8.onnx").exists()
+    # nothing passing on CPU fails the export and writes nothing
+    with pytest.raises(FidelityError, match=r"no CPU variant passed validation: int8: variant "
+                       r"int8 \(tuning pairs\): spearman = 0\.\d+") as error:
+        export_model(ExportRequest(model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none",
+                                   variants=("int8",), validation_pairs=16,
+                                   thresholds=FidelityThresholds(int8_min_spearman=0.99999)))
     assert "Nothing was written" in str(error.value)
-    assert _leftovers(out.parent, "strict") == []
+    assert _leftovers(tmp_path, "none") == []
 
 
 def test_cli_fidelity_failure_exits_nonzero(

@@ -191,6 +191,11 @@ def test_ov_int8_builds_or_is_recorded_and_records_bf16(
     spec = result.spec
     assert "fp32" in spec.variants
     assert ("ov_int8" in spec.variants) != ("ov_int8" in spec.failed_variants)
+    if spec.failed_variants.get("ov_int8", {}).get("stage") == "not applicable":
+        # a family may say ov_int8 does not apply (ModernBERT: see its module); said, not crashed
+        assert spec.failed_variants["ov_int8"]["reason"]
+        assert family == "modernbert"
+        return
     if "ov_int8" in spec.failed_variants:
         reason = spec.failed_variants["ov_int8"]["reason"]
         assert "token_type_ids" not in reason

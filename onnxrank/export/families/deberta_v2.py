@@ -46,16 +46,20 @@ def plain_python_helpers() -> Iterator[None]:
             if module is None:
                 continue
             tree = ast.parse(inspect.getsource(module))
-            scripted = [node for node in tree.body if isinstance(node, ast.FunctionDef)
-                        and any(_is_jit_script(d) for d in node.decorator_list)]
+            scripted: list[ast.stmt] = [
+                node for node in tree.body if isinstance(node, ast.FunctionDef)
+                and any(_is_jit_script(d) for d in node.decorator_list)]
+            names = []
             for node in scripted:
+                assert isinstance(node, ast.FunctionDef)
                 node.decorator_list = [d for d in node.decorator_list if not _is_jit_script(d)]
+                names.append(node.name)
             namespace = dict(vars(module))
-            exec(compile(ast.Module(body=scripted, type_ignores=[]), module.__file__, "exec"),  # noqa: S102
+            exec(compile(ast.Module(body=scripted, type_ignores=[]), str(module.__file__), "exec"),  # noqa: S102
                  namespace)
-            for node in scripted:
-                patched.append((module, node.name, getattr(module, node.name)))
-                setattr(module, node.name, namespace[node.name])
+            for function in names:
+                patched.append((module, function, getattr(module, function)))
+                setattr(module, function, namespace[function])
         yield
     finally:
         for module, attribute, original in reversed(patched):
