@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+from onnxrank._optional import require
 from onnxrank.engine.spec import VARIANT_NAMES
 from onnxrank.export.families.base import Family
 
@@ -18,6 +20,17 @@ class UnknownFamily(Family):
         self.model_type = model_type
         self.name = f"unknown ({model_type or 'no model_type'})"
         self.model_types = (model_type,)
+
+    def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
+        """The tokenizer's inputs that the head class's forward accepts (DistilBERT takes no
+        token_type_ids though its tokenizer may return them)."""
+        names = super().input_names(tokenizer, config)
+        transformers = require("transformers", extra="export")
+        head = getattr(transformers, (getattr(config, "architectures", None) or [""])[0], None)
+        if head is None:
+            return names
+        accepted = inspect.signature(head.forward).parameters
+        return tuple(name for name in names if name in accepted)
 
     def cls_only_support(self, model: Any) -> str | None:
         return (f"model_type {self.model_type!r} has no family module in "
