@@ -478,8 +478,9 @@ def test_help_names_the_opt_in_scenarios(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert ("Run only when named, never by all: families, decoder (they build full-size checkpoints of "
-            "other model families and take far longer than a default run)") in help_text
+    assert ("Run only when named, never by all: serving, families, decoder (servers and a peer, "
+            "full-size checkpoints of other model families: each takes far longer than a default "
+            "run)") in help_text
 
 
 def test_environment_twins_are_scoped_to_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
