@@ -148,20 +148,27 @@ def _variants(text: str) -> tuple[str, ...]:
     return names
 
 
+# What `models list` shows per task: (manifest key, label, format), for the tuning part and the
+# held-out part; a manifest that lacks one (written by hand, or by an older export) shows the rest.
+_SUMMARY_METRICS = {
+    "rerank": ([("max_abs_diff", "max|Δ|", ".2e"), ("spearman", "spearman", ".4f"),
+                ("top10_overlap", "top10", ".3f")],
+               [("spearman", "spearman", ".4f"), ("top10_overlap", "top10", ".3f")]),
+    "embedding": ([("cosine_min", "cos_min", ".5f"), ("spearman", "spearman", ".4f")],
+                  [("cosine_min", "cos_min", ".5f")]),
+}
+
+
 def _fidelity_summary(task: str, fidelity: dict[str, Any]) -> str:
     if not fidelity.get("validated", True):
         return "not validated on CPU (see manifest)"
-    held_out = fidelity.get("held_out", {})
-    if task == "embedding":
-        text = f"cos_min {fidelity['cosine_min']:.5f}  spearman {fidelity['spearman']:.4f}"
-        if held_out:
-            text += f"  held-out cos_min {held_out['cosine_min']:.5f}"
-        return text
-    text = (f"max|Δ| {fidelity['max_abs_diff']:.2e}  spearman {fidelity['spearman']:.4f}  "
-            f"top10 {fidelity['top10_overlap']:.3f}")
-    if held_out:
-        text += f"  held-out spearman {held_out['spearman']:.4f} top10 {held_out['top10_overlap']:.3f}"
-    return text
+    tuning, held_out = _SUMMARY_METRICS.get(task, _SUMMARY_METRICS["rerank"])
+    parts = [f"{label} {fidelity[key]:{form}}" for key, label, form in tuning if key in fidelity]
+    held = fidelity.get("held_out", {})
+    held_parts = [f"{label} {held[key]:{form}}" for key, label, form in held_out if key in held]
+    if held_parts:
+        parts.append("held-out " + " ".join(held_parts))
+    return "  ".join(parts) or "no fidelity metrics in the manifest"
 
 
 def _spec_table(spec: ModelSpec) -> list[str]:

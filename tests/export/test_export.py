@@ -283,6 +283,22 @@ def test_models_list_shows_sizes_and_fidelity(
                      r"spearman \d\.\d{4} top10 \d\.\d{3}", out), out
 
 
+def test_models_list_shows_the_metrics_a_manifest_has(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a hand-written or older manifest may lack metrics: the listing shows the others
+    copy = tmp_path / "models" / "partial-metrics"
+    shutil.copytree(tiny_model_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["variants"]["fp32"]["fidelity"]["max_abs_diff"]
+    manifest["variants"]["opt"]["fidelity"] = {}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["models", "list", "--models-dir", str(copy.parent)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"fp32\s+model\.onnx\s+\d+\.\d MB  spearman 1\.0000  top10 1\.000  held-out", out), out
+    assert re.search(r"opt\s+model_opt\.onnx\s+\d+\.\d MB  no fidelity metrics in the manifest", out), out
+
+
 def test_export_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--help"])
