@@ -35,12 +35,18 @@ def test_shipped_file_holds_the_product_promises() -> None:
     budgets = load_budgets(SHIPPED)
     floors = {(b.device, b.machine_classes, b.scenario, b.regime, b.subject): b.limit
               for b in budgets.budgets if b.metric == "ratio"}
-    # the issue "CPU last mile": on the class it was written for, and provisionally on avx2
-    for machine in [("avx512_vnni_bf16",), ("avx2",)]:
-        assert floors[("cpu", machine, "latency", "short", "engine/st")] == 6.0
-        assert floors[("cpu", machine, "latency", "mixed", "engine/st")] == 12.0
-        assert floors[("cpu", machine, "latency", "short", "engine/fastembed")] == 2.0
-        assert floors[("cpu", machine, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
+    # the issue "CPU last mile": on the class it was written for
+    machine = ("avx512_vnni_bf16",)
+    assert floors[("cpu", machine, "latency", "short", "engine/st")] == 6.0
+    assert floors[("cpu", machine, "latency", "mixed", "engine/st")] == 12.0
+    assert floors[("cpu", machine, "latency", "short", "engine/fastembed")] == 2.0
+    assert floors[("cpu", machine, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
+    # avx2: the padding promise holds; the others are guards below what its full run measured
+    avx2 = ("avx2",)
+    assert floors[("cpu", avx2, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
+    assert 1.0 < floors[("cpu", avx2, "latency", "short", "engine/st")] < 6.0
+    assert 1.0 < floors[("cpu", avx2, "latency", "mixed", "engine/st")] < 12.0
+    assert 1.0 < floors[("cpu", avx2, "latency", "short", "engine/fastembed")] < 2.0
     # amx: round 2's guards, below the promises it could not meet
     assert floors[("cpu", ("amx",), "latency", "short", "engine/st")] < 6.0
     assert floors[("cpu", ("amx",), "latency", "short", "engine/fastembed")] == 2.0
