@@ -500,7 +500,10 @@ def test_environment_twins_are_scoped_to_bench(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("ONNXRANK_BENCH_EMBEDDER", "my-embedder")
     monkeypatch.setenv("ONNXRANK_MODEL", "my-reranker")
     monkeypatch.setenv("ONNXRANK_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("ONNXRANK_BENCH_INFINITY", str(tmp_path / "bin" / "infinity_emb"))
     args = _bench_args()
+    assert args.infinity == str(tmp_path / "bin" / "infinity_emb")
+    assert _bench_args("--infinity", "/opt/peer/infinity_emb").infinity == "/opt/peer/infinity_emb"
     assert (args.device, args.out, args.quick, args.queries, args.threads) == (
         "cpu", str(tmp_path / "reports"), True, 7, 1)
     assert (args.scenarios, args.regimes, args.dataset, args.budgets, args.embedder) == (
