@@ -112,10 +112,7 @@ class PromptEncoder:
         Raises:
             ValueError: The recipe and the instruction alone leave no room.
         """
-        empty, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
-                                      document="")
-        fixed = len(self._prefix) + len(self._suffix) + len(
-            self._tokenizer.encode(empty, add_special_tokens=False).ids)
+        fixed = self.fixed_tokens(instruction)
         if self.max_length - fixed < 2:
             raise ValueError(
                 f"the prompt's fixed tokens ({fixed} with the recipe {self.recipe.name!r} and the "
@@ -123,6 +120,14 @@ class PromptEncoder:
                 f"max_length={self.max_length}; shorten the instruction or raise max_length"
             )
         return (self.max_length - fixed) // 2
+
+    def fixed_tokens(self, instruction: str | None = None) -> int:
+        """Tokens of a row that are neither query nor document: the recipe's text and the
+        instruction."""
+        empty, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
+                                      document="")
+        return len(self._prefix) + len(self._suffix) + len(
+            self._tokenizer.encode(empty, add_special_tokens=False).ids)
 
     def _split(self, pairs: Sequence[Pair], instruction: str) -> list[_Parts]:
         queries = self._cap_queries([query for query, _ in pairs],

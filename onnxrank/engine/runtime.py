@@ -30,9 +30,11 @@ from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
+from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.spec import ModelSpec, Task, load_model_spec, verify_files
-from onnxrank.engine.tokenize import EncodedRow, PairEncoder, load_tokenizer
+from onnxrank.engine.tokenize import EncodedRow, load_tokenizer, make_encoder
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+from onnxrank.export.recipes import PromptRecipe
 from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
@@ -365,7 +367,13 @@ def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]
     text = resources.files("onnxrank.data").joinpath("validation_pairs.jsonl").read_text("utf-8")
     records = [json.loads(line) for line in text.splitlines()[:PROBE_PAIRS]]
     if spec.task == "rerank":
-        rows = PairEncoder(tokenizer, min(PROBE_MAX_TOKENS, spec.max_length)).encode(
+        length = min(PROBE_MAX_TOKENS, spec.max_length)
+        if spec.prompt is not None:
+            # a decoder reranker's rows carry its prompt on top of the probed pair text
+            recipe = PromptRecipe.from_dict(spec.prompt, origin="the manifest's prompt recipe")
+            length = min(spec.max_length, length + PromptEncoder(
+                tokenizer, spec.max_length, recipe).fixed_tokens())
+        rows = make_encoder(tokenizer, length, spec.prompt).encode(
             [(record["query"], record["passage"]) for record in records])
     else:
         single = Tokenizer.from_str(tokenizer.to_str())

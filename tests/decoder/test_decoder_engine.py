@@ -66,3 +66,20 @@ def test_deadline_and_long_documents(fp32_decoder: Reranker, decoder_model_dir: 
     best = Reranker.from_dir(decoder_model_dir, device="cpu", backend="onnxruntime",
                              precision="fp32", long_documents="max_chunk")
     assert best.score([(QUERY, DOCUMENTS[2])])[0] >= fp32_decoder.score([(QUERY, DOCUMENTS[2])])[0] - 1e-5
+
+
+def test_the_runtime_probe_times_rows_with_the_prompt(decoder_model_dir: Path) -> None:
+    # the probe picks the fastest runtime on the rows the engine will run: prompt included
+    from onnxrank.engine.runtime import PROBE_MAX_TOKENS, _probe_feeds
+    from onnxrank.engine.spec import load_model_spec
+    from onnxrank.engine.tokenize import load_tokenizer
+    from onnxrank.export.recipes import PromptRecipe
+
+    spec = load_model_spec(decoder_model_dir)
+    tokenizer = load_tokenizer(spec, decoder_model_dir)
+    feeds = _probe_feeds(spec, tokenizer)
+    recipe = PromptRecipe.from_dict(spec.prompt, origin="the test's manifest")
+    prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
+    assert (feeds["input_ids"][:, :len(prefix)] == prefix).all()
+    # the recipe's fixed tokens come on top of the probed pair text, which keeps its length
+    assert feeds["attention_mask"].sum(axis=1).max() > PROBE_MAX_TOKENS
