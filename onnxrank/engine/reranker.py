@@ -383,6 +383,18 @@ class Reranker:
         return "|".join(str(setting) for setting in settings)
 
 
+def planned_feeds(reranker: Reranker, pairs: Sequence[Pair]) -> list[dict[str, np.ndarray]]:
+    """The padded batches `reranker.score(pairs)` runs, in its order, as runtime feeds.
+
+    Raises:
+        TypeError, ValueError: As for `Reranker.score`.
+    """
+    rows = reranker._encode(check_pairs(pairs), reranker._instruction(None))
+    return [pad_rows([rows[index] for index in batch.rows], reranker.spec.pad_token_id,
+                     batch.padded_length)
+            for batch in reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)]
+
+
 def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], None]:
     """The padded batches `reranker.score(pairs)` would run, fed straight to its runtime per call.
 
@@ -393,10 +405,7 @@ def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], No
     Raises:
         TypeError, ValueError: As for `Reranker.score`.
     """
-    rows = reranker._encode(check_pairs(pairs), reranker._instruction(None))
-    feeds = [pad_rows([rows[index] for index in batch.rows], reranker.spec.pad_token_id,
-                      batch.padded_length)
-             for batch in reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)]
+    feeds = planned_feeds(reranker, pairs)
     run = reranker._runner.run
 
     def run_batches() -> None:

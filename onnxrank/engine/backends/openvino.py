@@ -122,20 +122,25 @@ class OpenvinoBackend(Backend):
     def open(self, path: Path, *, device: Device, precision: str, variant: str,
              threads: int, compile_cache: CompileCache | None = None) -> ModelRunner:
         openvino = require("openvino", extra="openvino")
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision],
-            # one stream: requests are batched by our planner, not by OpenVINO's throughput mode
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": 1,
-        }
-        compiled, cache_state = compile_cached(path, config, compile_cache)
+        compiled, cache_state = compile_cached(path, compile_config(threads, precision),
+                                               compile_cache)
         info = DeviceInfo(
             device=Device.CPU.value, backend=self.name, provider="OpenVINO CPU", variant=variant,
             precision=precision, model_file=str(path), runtime_version=openvino.__version__,
             threads=threads, compile_cache=cache_state,
         )
         return OpenvinoRunner(compiled, info)
+
+
+def compile_config(threads: int, precision: str) -> dict[str, Any]:
+    """The CPU plugin's settings for every model the engine compiles."""
+    return {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision],
+        # one stream: requests are batched by our planner, not by OpenVINO's throughput mode
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": 1,
+    }
 
 
 def compile_cached(path: Path, config: dict[str, Any],
