@@ -35,7 +35,8 @@ MODELS_EPILOG = """examples:
   onnxrank models verify minilm-standin
 """
 THRESHOLD_HELP = {
-    "fp32_max_abs_diff": "largest |score difference| allowed for model.onnx",
+    "fp32_max_abs_diff": "largest |score difference| allowed for model.onnx, per unit of the "
+                         "reference's largest |score| (at least 1)",
     "opt_max_abs_diff": "largest |score difference| allowed for model_opt.onnx",
     "int8_min_spearman": "lowest Spearman correlation allowed for model_int8.onnx, "
                          "model_ov_int8.xml and OpenVINO bf16 (rerank), on the tuning and on the "

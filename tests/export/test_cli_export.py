@@ -123,7 +123,7 @@ def test_every_rerank_threshold_flag_is_enforced(
     assert code == 2
     error = capsys.readouterr().err
     for part in ("tuning", "held-out"):
-        assert re.search(rf"variant fp32 \({part} pairs\): max_abs_diff = [-0-9.e]+, "
+        assert re.search(rf"variant fp32 \({part} pairs\): max_abs_diff_scaled = [-0-9.e]+, "
                          r"threshold <= -1 \(--fp32-max-abs-diff\)", error), error
     assert load_model_spec(out).failed_variants["opt"]["stage"] == "validation"  # untouched
 

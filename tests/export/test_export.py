@@ -356,7 +356,7 @@ def test_cli_fidelity_failure_exits_nonzero(
     code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out), "--quiet",
                  "--variants", "fp32", "--validation-pairs", "16", "--fp32-max-abs-diff", "0"])
     assert code == 2
-    assert "variant fp32 (tuning pairs): max_abs_diff = " in capsys.readouterr().err
+    assert "variant fp32 (tuning pairs): max_abs_diff_scaled = " in capsys.readouterr().err
     assert _leftovers(out.parent, "strict") == []
 
 
