@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,26 @@ from onnxrank.engine.tokenize import EncodedRow
 from onnxrank.errors import InferenceError
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRun:
+    """Vectors of a list of texts and what producing them took.
+
+    Attributes:
+        vectors: float32 [len(texts), dim], rows L2-normalised (what `Embedder.embed` returns).
+        token_counts: Tokens per text as the model saw them (special tokens included, truncated
+            to max_length).
+        tokenize_ms: Time spent tokenizing.
+        inference_ms: Time spent in model runs (padding included).
+        batches: (rows, padded length) of every model run, in run order.
+    """
+
+    vectors: NDArray[np.float32]
+    token_counts: NDArray[np.int64]
+    tokenize_ms: float = 0.0
+    inference_ms: float = 0.0
+    batches: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Embedder:
@@ -98,15 +120,28 @@ class Embedder:
         Raises:
             InferenceError: The runtime failed or the output is not finite.
         """
+        return self.embed_detailed(texts, show_progress=show_progress).vectors
+
+    def embed_detailed(self, texts: Sequence[str], *, show_progress: bool = False) -> EmbedRun:
+        """`embed`, plus the token counts it tokenized, stage times and the batches that ran (for
+        servers: usage counts without tokenizing twice).
+
+        Raises:
+            As for embed.
+        """
         if len(texts) == 0:
-            return np.zeros((0, self.spec.embedding_dim or 0), dtype=np.float32)
+            return EmbedRun(vectors=np.zeros((0, self.spec.embedding_dim or 0), dtype=np.float32),
+                            token_counts=np.zeros(0, dtype=np.int64))
+        started = time.perf_counter()
         rows = [
             EncodedRow(np.asarray(encoding.ids, np.int64), np.asarray(encoding.type_ids, np.int64),
                        index)
             for index, encoding in enumerate(
                 self._tokenizer.encode_batch(list(texts), add_special_tokens=True))
         ]
-        batches = plan_batches([len(row.ids) for row in rows],
+        token_counts = np.asarray([len(row.ids) for row in rows], dtype=np.int64)
+        tokenized = time.perf_counter()
+        batches = plan_batches(token_counts.tolist(),
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_batch_size=self.config.max_batch_size)
         progress = None
@@ -133,4 +168,7 @@ class Embedder:
             progress.close()
         if output is None:
             raise InferenceError(f"embedding model {self.spec.name!r} produced no batches")
-        return output
+        return EmbedRun(vectors=output, token_counts=token_counts,
+                        tokenize_ms=(tokenized - started) * 1000.0,
+                        inference_ms=(time.perf_counter() - tokenized) * 1000.0,
+                        batches=[(len(batch.rows), batch.padded_length) for batch in batches])

@@ -2,7 +2,8 @@
 
 Requests (jobs) enter a bounded queue from the event loop. One worker thread takes the oldest
 job, waits until ``batch_window_ms`` after that job's arrival for others to join, takes every
-job then waiting, and runs all their items through one call of its task (a `BatchTask`: the
+job then waiting, and runs all their items through one call of its task (one call per distinct
+job options, such as a decoder reranker's instruction; a `BatchTask`: the
 rerank task scores (query, document) pairs with ``Reranker.score_detailed``, the embedding task
 embeds texts with ``Embedder.embed``): the engine's planner sorts the items by length and cuts
 token-budget batches across requests. Each job gets its own rows back. Jobs whose client left or
@@ -64,8 +65,10 @@ class BatchTask(Protocol):
         """Items run once at start, before the server reports ready."""
         ...
 
-    def run(self, items: Sequence[Any]) -> TaskRun:
-        """Run the engine over `items` (pairs or texts); raises what the engine raises."""
+    def run(self, items: Sequence[Any], options: Any) -> TaskRun:
+        """Run the engine over `items` (pairs or texts) with the options every one of them shares
+        (a decoder reranker's instruction; None: the engine's defaults); raises what the engine
+        raises."""
         ...
 
 
@@ -123,13 +126,17 @@ class JobResult:
 class Job:
     """One request's items (pairs or texts) on their way through the queue.
 
-    `future` is resolved on `loop` exactly once, with a JobResult or an exception.
+    `future` is resolved on `loop` exactly once, with a JobResult or an exception. `options` go
+    to the task with the items (a decoder reranker's instruction; None: the engine's defaults):
+    the engine takes one value per call, so jobs with different options share the worker's turn
+    but not an engine call.
     """
 
     items: list[Any]
     future: asyncio.Future[JobResult]
     loop: asyncio.AbstractEventLoop
     deadline: float | None = None  # time.perf_counter() value
+    options: str | None = None
     enqueued_at: float = field(default_factory=time.perf_counter)
     state: str = "new"  # new -> queued -> running | dropped
 
@@ -255,7 +262,7 @@ class Batcher:
 
     def _work(self) -> None:
         try:
-            self.task.run(self.task.warm_up_items)
+            self.task.run(self.task.warm_up_items, None)
         except Exception:  # the server stays up; /ready stays 503 and requests get 500s
             logger.exception("engine warm-up of %s failed", self.model)
         else:
@@ -308,19 +315,22 @@ class Batcher:
                 _resolve(job, DeadlineExpiredError("the deadline passed while the request waited"))
             else:
                 live.append(job)
+        groups: dict[str | None, list[Job]] = {}
+        for job in live:
+            groups.setdefault(job.options, []).append(job)
         try:
-            if live:
-                self._score_together(live, started)
+            for index, group in enumerate(groups.values()):
+                self._score_together(group, started if index == 0 else time.perf_counter())
         finally:
             with self._cond:
                 self._running_items = 0
 
     def _score_together(self, jobs: list[Job], started: float) -> None:
-        """One engine run for `jobs`; if it fails, each job alone, so that one request the
-        engine rejects costs its batch mates nothing."""
+        """One engine run for `jobs` (all with the same options); if it fails, each job alone, so
+        that one request the engine rejects costs its batch mates nothing."""
         items = [item for job in jobs for item in job.items]
         try:
-            run = self.task.run(items)
+            run = self.task.run(items, jobs[0].options)
         except Exception as err:
             if len(jobs) == 1:
                 logger.exception("engine run of %d items failed", len(items))

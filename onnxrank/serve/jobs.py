@@ -76,9 +76,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def run_job(model: ServedModel, request: Request, items: list[Any],
-                  deadline: float | None) -> JobResult:
-    """Queue `items` on `model`'s worker and wait for their rows.
+async def run_job(model: ServedModel, request: Request | None, items: list[Any],
+                  deadline: float | None, *, options: str | None = None) -> JobResult:
+    """Queue `items` (with the task `options` they share) on `model`'s worker and wait for their
+    rows; `request` None (a search's rerank stage) waits without watching for a disconnect.
 
     Raises:
         RequestError: 429 (queue full, with Retry-After), 503 (shutting down), 500 (the engine
@@ -87,7 +88,8 @@ async def run_job(model: ServedModel, request: Request, items: list[Any],
         ClientGone: The client disconnected while the job waited (it never reaches the engine).
     """
     loop = asyncio.get_running_loop()
-    job = Job(items=items, future=loop.create_future(), loop=loop, deadline=deadline)
+    job = Job(items=items, future=loop.create_future(), loop=loop, deadline=deadline,
+              options=options)
     try:
         model.batcher.submit(job)
     except QueueFullError as err:
@@ -96,7 +98,9 @@ async def run_job(model: ServedModel, request: Request, items: list[Any],
         raise RequestError(503, str(err)) from err
     except DeadlineUnreachableError as err:
         raise DeadlineMissed(str(err), at_arrival=True) from err
-    disconnect: asyncio.Future[Any] = asyncio.ensure_future(_client_gone(request))
+    # Without a request, a future that never completes stands in for the disconnect.
+    disconnect: asyncio.Future[Any] = (loop.create_future() if request is None
+                                       else asyncio.ensure_future(_client_gone(request)))
     waiters: set[asyncio.Future[Any]] = {job.future, disconnect}
     try:
         timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())

@@ -4,10 +4,10 @@ The answer is ``SearchResult.to_dict()``, the payload of ``onnxrank query --json
 with its stage ranks and scores, the timings and the notes). Searches run on a pool of threads
 (the retriever serves many threads at once; each has its own SQLite connection); at most
 ``--max-queue`` searches wait for a thread, one more gets 429. With ``rerank`` true the fused
-candidates are reranked by a served rerank model (``model``; default the first), in the search's
-thread, through the same ``LocalReranker`` as ``onnxrank query --rerank``; ``deadline_ms`` is
-that stage's time budget, as ``onnxrank query --deadline-ms``: candidates not scored within it
-keep the fused order (``reranked: false``).
+candidates are reranked by a served rerank model (``model``; default the first) through that
+model's queue and engine worker, like a ``/v1/rerank`` request (QueuedReranker): concurrent
+searches share engine runs, and a full queue answers 429. ``deadline_ms`` is that stage's time
+budget: candidates not scored within it keep the fused order (``reranked: false``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from onnxrank.retrieval.results import MODES
 from onnxrank.serve.errors import Family, RequestError
 from onnxrank.serve.jobs import read_body
 from onnxrank.serve.parsing import decode_body, optional_field, parse_deadline
+from onnxrank.serve.queued_reranker import QueuedReranker
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from onnxrank.rerankers.local import LocalReranker
     from onnxrank.retrieval.hybrid import HybridRetriever
     from onnxrank.serve.config import ServeConfig
     from onnxrank.serve.registry import ServedModel
@@ -45,29 +45,32 @@ PASSED_FIELDS: dict[str, type] = {"depth": int, "rerank_top_n": int, "fusion": s
 class SearchService:
     """The opened index and the threads searches run on.
 
+    A search's thread retrieves, then waits for its rerank job in the rerank model's queue; the
+    pool is sized for that wait (as many threads as searches may wait, at least the usable CPUs),
+    so that concurrent searches reach the queue together and share engine runs.
+
     Args:
         retriever: The opened index (read-only).
         max_waiting: Searches that may wait for a thread; one more is refused (429).
-        threads: Search threads; None: the usable CPUs.
+        threads: Search threads; None: max(usable CPUs, max_waiting).
     """
 
     def __init__(self, retriever: HybridRetriever, *, max_waiting: int,
                  threads: int | None = None) -> None:
         self.retriever = retriever
-        self.threads = threads or usable_cpus()
+        self.threads = threads or max(usable_cpus(), max_waiting)
         self.max_in_flight = max_waiting + self.threads
         self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="onnxrank-search")
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._backends: dict[str, LocalReranker] = {}
+        self._backends: dict[str, QueuedReranker] = {}
 
-    def backend(self, model: ServedModel) -> LocalReranker:
-        """The rerank backend over a served rerank model (one per model, shared by searches)."""
-        from onnxrank.rerankers.local import LocalReranker
-
+    def backend(self, model: ServedModel) -> QueuedReranker:
+        """The rerank backend over a served rerank model (one per model, shared by searches, so
+        that an engine failure logs one warning); call it on the server's event loop."""
         with self._lock:
             if model.id not in self._backends:
-                self._backends[model.id] = LocalReranker(model.reranker)
+                self._backends[model.id] = QueuedReranker(model, asyncio.get_running_loop())
             return self._backends[model.id]
 
     async def run(self, query: str, options: dict[str, Any]) -> dict[str, Any]:

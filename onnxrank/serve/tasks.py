@@ -1,18 +1,16 @@
 """The two tasks a Batcher runs: rerank runs (pairs -> logits) and embedding runs (texts -> vectors).
 
 Each task is a thin adapter from one engine call to `TaskRun`; the computation stays in the
-engine (``Reranker.score_detailed``, ``Embedder.embed``).
+engine (``Reranker.score_detailed``, ``Embedder.embed_detailed``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxrank.engine.batching import plan_batches
 from onnxrank.engine.tokenize import load_tokenizer
 from onnxrank.serve.batcher import BatchTask, TaskRun
 from onnxrank.types import Pair
@@ -34,9 +32,10 @@ class RerankTask:
     def __init__(self, reranker: Reranker) -> None:
         self.reranker = reranker
 
-    def run(self, items: Sequence[Any]) -> TaskRun:
-        """One ``score_detailed`` call over the pairs of every merged request."""
-        run = self.reranker.score_detailed(items)
+    def run(self, items: Sequence[Any], options: str | None) -> TaskRun:
+        """One ``score_detailed`` call over the pairs of every merged request; `options` is the
+        decoder reranker's instruction (None: the model's default)."""
+        run = self.reranker.score_detailed(items, instruction=options)
         return TaskRun(values=np.asarray(run.scores), token_counts=np.asarray(run.token_counts),
                        tokenize_ms=float(run.tokenize_ms), inference_ms=float(run.inference_ms),
                        batches=list(run.batches))
@@ -45,9 +44,9 @@ class RerankTask:
 class EmbeddingTask:
     """Embeds texts: one L2-normalised float32 vector per text, exactly ``Embedder.embed``'s.
 
-    The token counts (for ``usage`` and the batch metrics) come from a second tokenizer of the
-    same model with the embedder's truncation, so the engine's own path stays untouched; its time
-    is ``tokenize_ms``, and ``inference_ms`` is the ``embed`` call (its own tokenization included).
+    A run's token counts (for ``usage`` and the batch metrics) are the ones the embedder's own
+    tokenization produced (``Embedder.embed_detailed``). `count_tokens` is for the checks made
+    before a request is queued (TEI's ``truncate: false`` and ``--max-tokens``).
     """
 
     name = "embedding"
@@ -66,21 +65,12 @@ class EmbeddingTask:
         tokenizer = self._truncating if truncate else self._whole
         return [len(encoding.ids) for encoding in tokenizer.encode_batch(list(texts))]
 
-    def run(self, items: Sequence[Any]) -> TaskRun:
-        """One ``embed`` call over the texts of every merged request."""
-        started = time.perf_counter()
-        counts = self.count_tokens(items)
-        tokenized = time.perf_counter()
-        vectors = self.embedder.embed(items)
-        done = time.perf_counter()
-        config = self.embedder.config
-        # The plan embed ran (plan_batches is pure), for the batch metrics.
-        plan = plan_batches(counts, max_batch_tokens=config.max_batch_tokens,
-                            max_batch_size=config.max_batch_size)
-        return TaskRun(values=vectors, token_counts=np.asarray(counts, dtype=np.int64),
-                       tokenize_ms=(tokenized - started) * 1000.0,
-                       inference_ms=(done - tokenized) * 1000.0,
-                       batches=[(len(batch.rows), batch.padded_length) for batch in plan])
+    def run(self, items: Sequence[Any], options: str | None) -> TaskRun:
+        """One ``embed_detailed`` call over the texts of every merged request (no options)."""
+        run = self.embedder.embed_detailed(items)
+        return TaskRun(values=run.vectors, token_counts=run.token_counts,
+                       tokenize_ms=run.tokenize_ms, inference_ms=run.inference_ms,
+                       batches=run.batches)
 
 
 def task_for(engine: Reranker | Embedder) -> BatchTask:

@@ -2,7 +2,7 @@
 port), polling with a timeout, and an engine a test can hold.
 
 `GatedEngine` is the real Reranker with a gate in front of ``score_detailed`` (`GatedEmbedder`:
-the real Embedder, a gate in front of ``embed``): a test closes
+the real Embedder, a gate in front of ``embed_detailed``): a test closes
 the gate to hold the engine worker inside a run, so that what queues behind it (429s, deadlines,
 disconnects, merging) is deterministic. Nothing about scoring is replaced.
 """
@@ -47,19 +47,20 @@ class GatedEngine:
         self.runs_entered = 0
         self._lock = threading.Lock()
 
-    def score_detailed(self, pairs: Sequence[tuple[str, str]]) -> Any:
+    def score_detailed(self, pairs: Sequence[tuple[str, str]], *,
+                       instruction: str | None = None) -> Any:
         with self._lock:
             self.runs_entered += 1
         if not self.gate.wait(WAIT_S):
             raise TimeoutError("the test never opened the gate")
-        return self._reranker.score_detailed(pairs)
+        return self._reranker.score_detailed(pairs, instruction=instruction)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reranker, name)
 
 
 class GatedEmbedder:
-    """The real Embedder; each embed call first waits for `gate` (open by default)."""
+    """The real Embedder; each embed_detailed call first waits for `gate` (open by default)."""
 
     def __init__(self, embedder: Any) -> None:
         self._embedder = embedder
@@ -68,12 +69,12 @@ class GatedEmbedder:
         self.runs_entered = 0
         self._lock = threading.Lock()
 
-    def embed(self, texts: Sequence[str]) -> Any:
+    def embed_detailed(self, texts: Sequence[str]) -> Any:
         with self._lock:
             self.runs_entered += 1
         if not self.gate.wait(WAIT_S):
             raise TimeoutError("the test never opened the gate")
-        return self._embedder.embed(texts)
+        return self._embedder.embed_detailed(texts)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._embedder, name)

@@ -246,11 +246,12 @@ def test_requests_while_the_server_is_held_are_not_lost(gated: GatedEngine,
 class PoisonEngine(GatedEngine):
     """The real engine, failing as onnxruntime would on any run that holds the query "poison"."""
 
-    def score_detailed(self, pairs: Sequence[tuple[str, str]]) -> Any:
+    def score_detailed(self, pairs: Sequence[tuple[str, str]], *,
+                       instruction: str | None = None) -> Any:
         if any(query == "poison" for query, _ in pairs):
             self.gate.wait(WAIT_S)
             raise InferenceError("the model produced a non-finite score for input pair 0")
-        return super().score_detailed(pairs)
+        return super().score_detailed(pairs, instruction=instruction)
 
 
 def test_an_engine_error_is_answered_in_each_shape_and_spares_batch_mates(
