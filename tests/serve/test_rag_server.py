@@ -76,6 +76,25 @@ def test_openai_sdk_embeddings_equal_the_embedder(rag_server: RunningServer,
     np.testing.assert_array_equal(decoded, expected)
 
 
+def test_embedding_usage_is_the_embedders_own_token_count(rag_server: RunningServer,
+                                                          bow_embed_engine: Embedder) -> None:
+    texts = [*TEXTS, " ".join(["wing"] * 200)]  # the last one is cut to max_length
+    tokenizer = Tokenizer.from_file(str(bow_embed_engine.model_dir
+                                        / bow_embed_engine.spec.tokenizer_file))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    whole = [len(encoding.ids) for encoding in tokenizer.encode_batch(texts)]
+    assert whole[-1] > bow_embed_engine.spec.max_length
+    expected = [min(count, bow_embed_engine.spec.max_length) for count in whole]
+    run = bow_embed_engine.embed_detailed(texts)
+    assert run.token_counts.tolist() == expected
+    np.testing.assert_array_equal(run.vectors, bow_embed_engine.embed(texts))
+    assert sum(rows * length for rows, length in run.batches) >= sum(expected)
+    response = openai_client(rag_server).embeddings.create(model=EMBED_ID, input=texts,
+                                                            encoding_format="float")
+    assert response.usage.prompt_tokens == response.usage.total_tokens == sum(expected)
+
+
 def test_openai_sdk_error_shapes(rag_server: RunningServer) -> None:
     client = openai_client(rag_server)
     cases: list[tuple[dict[str, Any], type[openai.APIStatusError], str, str]] = [
