@@ -255,6 +255,10 @@ async def _rerank(state: ServerState, family: Family, request: Request) -> Respo
     body = await read_body(request, config.max_request_bytes)
     call = parse_call(family, decode_body(body), request.headers, config)
     model = state.models.pick(call.model, "rerank", family, request.url.path)
+    if call.instruction is not None and model.reranker.spec.prompt is None:
+        raise RequestError(422, f"field `instruction` applies to decoder rerankers (a model "
+                                f"exported with a prompt recipe); model {model.id!r} has no "
+                                "prompt: omit `instruction`", param="instruction")
     if needs_tokens(call, config.max_tokens):
         from starlette.concurrency import run_in_threadpool
 
@@ -266,7 +270,8 @@ async def _rerank(state: ServerState, family: Family, request: Request) -> Respo
     deadline = None if call.deadline_ms is None else started + call.deadline_ms / 1000.0
     try:
         result = await run_job(model, request,
-                               [(call.query, document) for document in call.documents], deadline)
+                               [(call.query, document) for document in call.documents], deadline,
+                               options=call.instruction)
     except DeadlineMissed as missed:
         why = (f"{missed.why} ({call.deadline_ms:g} ms)" if missed.at_arrival else
                f"the deadline of {call.deadline_ms:g} ms passed before the request was scored")

@@ -11,7 +11,7 @@ The shapes follow the originals, field for field:
 
 Fields a family does not define are ignored, so whatever else real clients send is tolerated.
 Every family also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
-and ``X-On-Deadline``).
+and ``X-On-Deadline``), and ``instruction`` (decoder rerankers: the prompt's task instruction).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class RerankCall:
             request (retrieval) order, flagged as not reranked.
         model: The ``model`` field as sent: the served model to use (None: the first rerank
             model).
+        instruction: The task instruction of a decoder reranker's prompt (None: the model's
+            default); a model without a prompt refuses one.
     """
 
     family: Family
@@ -70,6 +72,7 @@ class RerankCall:
     deadline_ms: float | None = None
     on_deadline: OnDeadline = "error"
     model: str | None = None
+    instruction: str | None = None
 
     @property
     def characters(self) -> int:
@@ -112,9 +115,14 @@ def parse_call(
     if not query.strip():
         raise RequestError(422, f"field `query` must be a non-empty string, got {query!r}")
     model = optional_field(payload, "model", str)
+    instruction = optional_field(payload, "instruction", str)
+    if instruction is not None and not instruction.strip():
+        raise RequestError(422, f"field `instruction` must be a non-empty string (omit it for the "
+                                f"model's default), got {instruction!r}", param="instruction")
     deadline_ms, on_deadline = parse_deadline(payload, headers, config)
     common: dict[str, Any] = {"family": family, "query": query, "model": model,
-                              "deadline_ms": deadline_ms, "on_deadline": on_deadline}
+                              "deadline_ms": deadline_ms, "on_deadline": on_deadline,
+                              "instruction": instruction}
     if family == "tei":
         documents = _documents(payload, "texts", allow_objects=False, allow_empty=False)
         direction = payload.get("truncation_direction", "right")

@@ -74,3 +74,27 @@ def rag_server(bow_rerank_engine: Reranker, bow_embed_engine: Embedder,
     engines = {RERANK_ID: bow_rerank_engine, EMBED_ID: bow_embed_engine}
     with running_server(engines, ServeConfig(port=0), retriever=retriever) as running:
         yield running
+
+
+# --- a decoder reranker (tests/decoder's tiny Qwen3 checkpoint), exported with its fp32 variant only --
+DECODER_MAX_LENGTH = 320  # the tiny tokenizer spends about 180 tokens on the recipe's fixed text
+
+
+@pytest.fixture(scope="session")
+def decoder_reranker(tmp_path_factory: pytest.TempPathFactory) -> Reranker:
+    """`onnxrank export --model DIR --recipe qwen3-reranker --variants fp32`, loaded in fp32."""
+    import os
+
+    from onnxrank.cli import main
+    from onnxrank.export.decoder_standin import build_decoder_checkpoint
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    checkpoint = tmp_path_factory.mktemp("serve-checkpoints") / "qwen3-tiny"
+    build_decoder_checkpoint(checkpoint, size="tiny", seed=0)
+    out = tmp_path_factory.mktemp("serve-models") / "qwen3-tiny-reranker"
+    code = main(["export", "--model", str(checkpoint), "--recipe", "qwen3-reranker",
+                 "--out", str(out), "--max-length", str(DECODER_MAX_LENGTH), "--variants", "fp32",
+                 "--validation-pairs", "16", "--quiet"])
+    assert code == 0, "the decoder export failed (see the captured stderr)"
+    return Reranker.from_dir(out, device="cpu", backend="onnxruntime", precision="fp32",
+                             threads=1)
