@@ -85,17 +85,19 @@ def test_different_instructions_queued_together_run_one_engine_call_each(
         held = pool.submit(post, server, "/v1/rerank", {"model": DECODER, "query": QUERY,
                                                         "documents": DOCUMENTS})
         poll(lambda: gated.runs_entered > entered, "the worker to take the first request")
-        bodies = [{"model": DECODER, "query": QUERY, "documents": DOCUMENTS,
-                   "instruction": instruction} for instruction in (*INSTRUCTIONS, INSTRUCTIONS[0])]
+        instructions = [*INSTRUCTIONS, INSTRUCTIONS[0]]
+        bodies: list[dict[str, Any]] = [
+            {"model": DECODER, "query": QUERY, "documents": DOCUMENTS, "instruction": instruction}
+            for instruction in instructions]
         waiting = [pool.submit(post, server, "/v1/rerank", body) for body in bodies]
         poll(lambda: server.metric("onnxrank_queue_depth", model=DECODER) == len(bodies),
              "the requests to queue")
         gated.gate.set()
         assert held.result(WAIT_S).status_code == 200
         answers = [future.result(WAIT_S) for future in waiting]
-    for body, answer in zip(bodies, answers):
+    for instruction, answer in zip(instructions, answers):
         np.testing.assert_allclose(scores_by_index(answer, "relevance_score"),
-                                   engine_scores(decoder_reranker, body["instruction"]),
+                                   engine_scores(decoder_reranker, instruction),
                                    atol=1e-6, rtol=0)
     # The held run, then one engine call per instruction: the two with the same one share it.
     assert server.metric("onnxrank_engine_runs_total", model=DECODER) - runs == 3
