@@ -264,6 +264,18 @@ class Reranker:
 
     # --- stages -------------------------------------------------------------------------------
 
+    def check_instruction(self, instruction: str | None) -> None:
+        """Raise, before any work, what a call with `instruction` would raise for it.
+
+        Raises:
+            TypeError: Not a str or None.
+            ValueError: A cross-encoder given one; a blank one; or, for a decoder reranker, one
+                that leaves the prompt no room for the query and the document.
+        """
+        resolved = self._instruction(instruction)
+        if isinstance(self._encoder, PromptEncoder):
+            self._encoder.max_query_tokens(resolved)
+
     def _instruction(self, instruction: str | None) -> str | None:
         """The instruction a call runs with: its own, else the setting, else the recipe's default
         (None for cross-encoders, which refuse one)."""

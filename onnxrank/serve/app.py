@@ -259,6 +259,11 @@ async def _rerank(state: ServerState, family: Family, request: Request) -> Respo
         raise RequestError(422, f"field `instruction` applies to decoder rerankers (a model "
                                 f"exported with a prompt recipe); model {model.id!r} has no "
                                 "prompt: omit `instruction`", param="instruction")
+    if call.instruction is not None:
+        try:  # an instruction the prompt has no room for fails here, not in the engine run
+            model.reranker.check_instruction(call.instruction)
+        except ValueError as err:
+            raise RequestError(422, f"field `instruction`: {err}", param="instruction") from err
     if needs_tokens(call, config.max_tokens):
         from starlette.concurrency import run_in_threadpool
 

@@ -118,3 +118,16 @@ def test_a_model_without_a_prompt_refuses_an_instruction(server: RunningServer) 
     assert (blank.status_code, blank.json()) == (422, {"message": (
         "field `instruction` must be a non-empty string (omit it for the model's default), "
         "got ' '")})
+
+
+def test_an_instruction_the_prompt_has_no_room_for_is_a_422(server: RunningServer,
+                                                            decoder_reranker: Reranker) -> None:
+    too_long = " ".join(["aircraft structures"] * 400)
+    with pytest.raises(ValueError) as engine_error:
+        decoder_reranker.rerank(QUERY, DOCUMENTS, instruction=too_long)
+    for path, body, key in (("/v1/rerank", {"documents": DOCUMENTS}, "message"),
+                            ("/rerank", {"texts": DOCUMENTS}, "error")):
+        response = post(server, path, {"model": DECODER, "query": QUERY, **body,
+                                       "instruction": too_long})
+        assert response.status_code == 422, response.text
+        assert response.json()[key] == f"field `instruction`: {engine_error.value}"
