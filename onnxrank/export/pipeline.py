@@ -553,12 +553,22 @@ def _export_into(
                 fp32_path=paths["fp32"], opt_path=paths["opt"] if paths["opt"].is_file() else None,
                 out_path=paths["int8"], settings=recipe,
                 calibration=calibration_batches if recipe.method == "static" else None)
+            if not quantization["quantized_nodes"]:
+                # the recipe's op types are not in this graph (a fused Attention in a family
+                # the optimizer does not fuse): the file is fp32 and must not pass as int8
+                attempts.append({**quantization, "passed_on_tuning": False,
+                                 "skipped": "no operator of this graph was quantized"})
+                continue
             metrics, runner = _validate_file("int8", paths["int8"], inputs, reference)
             passed = not _tuning_failures(task, "int8", metrics, request.thresholds)
             attempts.append(_attempt(quantization, metrics, passed))
             if passed:
                 break
             logger.info("int8 recipe %s missed the thresholds on the tuning pairs", recipe)
+        if not attempts[-1]["passed_on_tuning"] and "skipped" in attempts[-1]:
+            raise _VariantFailed("quantization", "the last int8 recipe quantized no operator of "
+                                 "this graph and every earlier one missed the thresholds on the "
+                                 "tuning pairs", attempts=attempts)
         if recipe.method == "dynamic":
             metrics.update(batch_dependence(runner.run, inputs))
         fidelity["int8"] = metrics

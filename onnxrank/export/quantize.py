@@ -70,8 +70,14 @@ DEFAULT_INT8_RECIPES = (
 # fused GELUs, and Erf: the core of the GELU that the plain fp32 export spells out
 # (x * 0.5 * (1 + erf(x / sqrt(2))))
 GELU_OPS = ("Gelu", "BiasGelu", "FastGelu", "Erf")
-# ops between a feed-forward up-projection and its GELU: the bias Add, then the plain graph's Div
-GELU_PATH_OPS = ("Add", "Div", "Mul")
+# ops between a feed-forward up-projection and its GELU: the bias Add, the plain graph's Div, and
+# the Slice/Split of a gated layer's fused projection (ModernBERT's Wi: GELU(input) * gate)
+GELU_PATH_OPS = ("Add", "Div", "Mul", "Slice", "Split")
+# what onnxruntime's quantizer writes for an int8 operator (dynamic: MatMulInteger and the fused
+# ops; static: QDQ pairs)
+QUANTIZED_OPS = frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "QAttention",
+                           "QEmbedLayerNormalization", "QGemm", "QLinearMatMul", "QuantizeLinear",
+                           "DynamicQuantizeLSTM", "ConvInteger", "QLinearConv"})
 
 
 def distinct_recipes(recipes: Sequence[Int8Settings], *, layers: int) -> tuple[Int8Settings, ...]:
@@ -91,7 +97,9 @@ def ffn_up_projections(model_path: Path) -> list[str]:
 
     In a BERT-style encoder that is one feed-forward up-projection per layer, bottom layer first,
     in the fused graph (MatMul -> BiasGelu) and in the plain one (MatMul -> Add -> Div -> Erf)
-    alike; OpenVINO keeps the ONNX node names, so the same names select nodes for NNCF.
+    alike, and ModernBERT's fused Wi (MatMul -> Slice -> Div -> Erf); a head with a GELU
+    (ModernBERT's) comes last. OpenVINO keeps the ONNX node names, so the same names select nodes
+    for NNCF.
     """
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(model_path), load_external_data=False).graph
@@ -157,6 +165,14 @@ def head_projections(model_path: Path, count: int = 2) -> list[str]:
     return weighted[-count:]
 
 
+def quantized_nodes(model_path: Path) -> int:
+    """How many int8 operators (QUANTIZED_OPS) a graph holds: 0 means a recipe's op types are
+    absent from it and the file is still fp32."""
+    onnx = require("onnx", extra="export")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return sum(node.op_type in QUANTIZED_OPS for node in graph.node)
+
+
 def quantize_int8(
     *,
     fp32_path: Path,
@@ -210,6 +226,7 @@ def quantize_int8(
             "op_types": list(settings.op_types) if settings.op_types else "default",
             "fp32_ffn_up_layers": settings.fp32_ffn_up_layers,
             "nodes_kept_fp32": kept_fp32,
+            "quantized_nodes": quantized_nodes(out_path),
         }
     if calibration is None:
         raise ValueError("static int8 quantization needs calibration batches; got None")
@@ -245,4 +262,5 @@ def quantize_int8(
                         "rows": int(sum(len(batch["input_ids"]) for batch in batches))},
         "source_variant": "fp32",
         "op_types": list(settings.op_types) if settings.op_types else "default",
+        "quantized_nodes": quantized_nodes(out_path),
     }

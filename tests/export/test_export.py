@@ -127,6 +127,7 @@ def test_manifest_records_sources_hashes_and_fusions(
     quantization = spec.variants["int8"].quantization
     assert (quantization["method"], quantization["per_channel"]) == ("dynamic", True)
     assert quantization["attempts"][-1]["passed_on_tuning"] is True
+    assert quantization["quantized_nodes"] > 0  # an int8 file that is int8
     assert "batch_1_vs_64_max_abs_diff" in spec.variants["int8"].fidelity
     ov_int8 = spec.variants["ov_int8"]
     assert (ov_int8.file, list(ov_int8.extra_files)) == ("model_ov_int8.xml", ["model_ov_int8.bin"])

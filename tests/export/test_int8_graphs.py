@@ -1,0 +1,42 @@
+"""onnxruntime int8 on a graph outside BERT's shape (a tiny random ModernBERT): the ladder finds
+the fused Wi feed-forward projections, and a recipe that quantizes nothing never passes as int8."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from onnxrank.export.pipeline import ExportRequest, export_model
+from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantized_nodes
+
+
+@pytest.fixture(scope="module")
+def modernbert_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from onnxrank.bench.family_checkpoints import build_family_checkpoint
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return build_family_checkpoint("modernbert", tmp_path_factory.mktemp("ckpt") / "modernbert")
+
+
+def test_a_recipe_that_quantizes_nothing_is_recorded_not_kept(modernbert_checkpoint: Path,
+                                                               tmp_path: Path) -> None:
+    # a fused-Attention-only recipe on a family the optimizer does not fuse: the file would be fp32
+    attention_only = Int8Settings("dynamic", per_channel=True,
+                                  op_types=("Attention", "EmbedLayerNormalization"))
+    result = export_model(ExportRequest(model=str(modernbert_checkpoint), out_dir=tmp_path / "m",
+                                        variants=("fp32", "int8"), int8=(attention_only,),
+                                        validation_pairs=16))
+    assert list(result.spec.variants) == ["fp32"]
+    failed = result.spec.failed_variants["int8"]
+    assert failed["stage"] == "quantization"
+    assert failed["reason"].startswith("the last int8 recipe quantized no operator of this graph")
+    assert failed["attempts"][0]["quantized_nodes"] == 0
+    assert not (tmp_path / "m" / "model_int8.onnx").exists()
+    # the fp32 graph's gated feed-forward projections (Wi -> Slice -> GELU), bottom layer first,
+    # then the head's dense (it feeds a GELU too)
+    names = ffn_up_projections(tmp_path / "m" / "model.onnx")
+    assert [name.split("/")[-2:] for name in names[:2]] == [["Wi", "MatMul"]] * 2
+    assert ".0/" in names[0] and ".1/" in names[1] and "head" in names[2] and len(names) == 3
+    assert quantized_nodes(tmp_path / "m" / "model.onnx") == 0
