@@ -118,3 +118,21 @@ def test_a_wrong_recipe_is_a_clear_export_error(
     assert capsys.readouterr().err.strip() == "onnxrank export: error: " + message.format(
         n=len(ids), ids=ids, path=path)
     assert not out.exists()
+
+
+def test_onnxruntime_int8_is_left_out_over_protobufs_limit() -> None:
+    # its quantizer was OOM-killed on Qwen3-0.6B's shape, which no failed_variants entry survives
+    import transformers
+
+    from onnxrank.export.families.decoder import FAMILY
+
+    full = transformers.Qwen3Config(vocab_size=151669, hidden_size=1024, num_hidden_layers=28,
+                                    num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                                    intermediate_size=3072)
+    reason = FAMILY.variant_reasons(full)["int8"]
+    assert reason.startswith("onnxruntime's dynamic quantizer holds several copies of a graph "
+                             "over protobuf's 2 GB in memory (this one: 2.4 GB in fp32)")
+    tiny = transformers.Qwen3Config(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                    intermediate_size=128)
+    assert "int8" not in FAMILY.variant_reasons(tiny)

@@ -162,6 +162,18 @@ def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) ->
     return (data_name,) if external else ()
 
 
+def _weight_count(config: Any) -> int:
+    """Weights of the exported graph from a Qwen3-style config: the embeddings and every layer's
+    attention and gated feed-forward projections (the head is pruned to two rows)."""
+    hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    feed_forward = 3 * hidden * int(config.intermediate_size)
+    return int(config.vocab_size) * hidden + layers * (attention + feed_forward)
+
+
 class DecoderFamily(Family):
     """Causal LMs scored with a prompt recipe (``--recipe``; Qwen3-Reranker's is chosen by Hub id).
 
@@ -207,6 +219,13 @@ class DecoderFamily(Family):
         reasons = super().variant_reasons(config)
         reasons["fp16"] = ("fp16 is converted through onnxruntime's transformer optimizer, which "
                            f"knows no {config.model_type!r} graph; and a CPU cannot validate it")
+        fp32_bytes = 4 * _weight_count(config)
+        if fp32_bytes > PROTOBUF_LIMIT_BYTES:
+            # an OOM kill cannot be caught and recorded: it would take every variant with it
+            reasons["int8"] = (
+                f"onnxruntime's dynamic quantizer holds several copies of a graph over protobuf's "
+                f"2 GB in memory (this one: {fp32_bytes / 1e9:.1f} GB in fp32); on Qwen3-0.6B's "
+                "shape it was killed at 24 GB RSS; ov_int8 (weight-only) is the int8 variant here")
         return reasons
 
     def int8_recipes(self, recipes: tuple[Int8Settings, ...]) -> tuple[Int8Settings, ...]:
