@@ -13,7 +13,8 @@ activation differences that int8 rounding partly erases (measured on an AVX-512 
 Spearman 0.976, top-10 overlap 0.97 on this subset; on an AVX2-only EPYC, whose int8 kernels need
 7-bit weights (onnxrank.export.quantize.Int8Settings.reduce_range), held-out Spearman 0.874 for
 onnxruntime int8). The fixture needs every variant for the engine's tests, so its gate sits below
-both; the engine's own int8 bounds are in tests/engine/test_reranker.py. The default thresholds are tested against the full-size stand-in
+both; the engine's own int8 bounds are in tests/engine/test_reranker.py. The default thresholds
+are tested against the full-size stand-in
 (tests/export, slow) and their enforcement with deliberately strict thresholds on the tiny model.
 """
 
