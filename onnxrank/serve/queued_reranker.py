@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from onnxrank.engine.ranking import rank
-from onnxrank.rerankers.base import BackendRankedDocument, check_rerank_arguments, retrieval_order
+from onnxrank.rerankers.base import check_rerank_arguments, ranked_by_score, retrieval_order
 from onnxrank.rerankers.local import LocalReranker
 from onnxrank.serve.errors import RequestError
 from onnxrank.serve.jobs import DeadlineMissed, run_job
@@ -87,13 +86,6 @@ class QueuedReranker(LocalReranker):
                 raise
             return self._degradation.fallback(documents, top_k=top_k,
                                                reason=f"inference failed ({err})", error=err)
-        reranker = self._served.reranker
-        scores = reranker.activate(np.asarray(result.values, dtype=np.float32))
-        ranked = rank(documents, scores, [None] * len(documents),
-                      np.ones(len(documents), dtype=bool), top_k=top_k)
-        return [
-            BackendRankedDocument(index=document.index, score=document.score, text=document.text,
-                                  reranked=document.reranked, span=document.span,
-                                  backend=self.name)
-            for document in ranked
-        ]
+        scores = self._served.reranker.activate(np.asarray(result.values, dtype=np.float32))
+        return ranked_by_score(documents, dict(enumerate(scores.tolist())), top_k=top_k,
+                               backend=self.name)
