@@ -565,7 +565,7 @@ def _export_into(
             if passed:
                 break
             logger.info("int8 recipe %s missed the thresholds on the tuning pairs", recipe)
-        if not attempts[-1]["passed_on_tuning"] and "skipped" in attempts[-1]:
+        if "skipped" in attempts[-1]:
             raise _VariantFailed("quantization", "the last int8 recipe quantized no operator of "
                                  "this graph and every earlier one missed the thresholds on the "
                                  "tuning pairs", attempts=attempts)
