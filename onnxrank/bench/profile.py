@@ -19,13 +19,14 @@ import json
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from onnxrank._optional import require
 from onnxrank.bench.flops import model_flops
 from onnxrank.bench.paths import DEFAULT_DATASET
 from onnxrank.bench.workloads import DEFAULT_SEED, PassageSource, build_workload, load_dataset, parse_regimes
@@ -52,7 +53,8 @@ class Profile:
         regime: The workload's length regime.
         queries: Queries profiled (each `repeats` times after a warm-up).
         batches_per_query: Mean padded batches the engine runs for a query.
-        query_ms: Wall time per query of the profiled runs (profiler overhead included).
+        query_ms: Wall time per query of the profiled runs (profiler on; the model's load and
+            the warm-up pass left out).
         operators_ms: Per query, the runtime's own time of each operator type, largest first.
         gemm_share: Share of the operators' time in GEMM_OPERATORS.
         gemm_gops: Model FLOPs of the padded batches / the GEMM operators' time (G/s).
@@ -70,18 +72,35 @@ class Profile:
     model_gops: float = 0.0
 
 
+def _timed_passes(run: Callable[[dict[str, np.ndarray]], object],
+                  feeds: Sequence[dict[str, np.ndarray]], repeats: int,
+                  after: Callable[[], None] = lambda: None) -> float:
+    """One warm-up pass over `feeds`, then `repeats` passes; returns the wall seconds of those
+    runs. `after` follows each timed run, outside its time."""
+    for feed in feeds:
+        run(feed)
+    wall = 0.0
+    for _ in range(repeats):
+        for feed in feeds:
+            started = time.perf_counter()
+            run(feed)
+            wall += time.perf_counter() - started
+            after()
+    return wall
+
+
 def _onnxruntime_times(path: str, threads: int, feeds: Sequence[dict[str, np.ndarray]],
-                       repeats: int) -> Counter[str]:
-    """Operator type -> seconds over `repeats` runs of every feed (warm-up runs left out)."""
+                       repeats: int) -> tuple[Counter[str], float]:
+    """Operator type -> seconds over `repeats` runs of every feed, and their wall seconds (the
+    session's load and the warm-up pass left out)."""
     with tempfile.TemporaryDirectory(prefix="onnxrank-profile-") as scratch:
         options = session_options(threads)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(scratch) / "trace")
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         names = [node.name for node in session.get_inputs()]
-        for _ in range(1 + repeats):
-            for feed in feeds:
-                session.run(None, {name: feed[name] for name in names})
+        wall = _timed_passes(lambda feed: session.run(None, {name: feed[name] for name in names}),
+                             feeds, repeats)
         events = json.loads(Path(session.end_profiling()).read_text("utf-8"))
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
     measured = runs[len(feeds):]  # the first pass over the feeds is the warm-up
@@ -91,27 +110,31 @@ def _onnxruntime_times(path: str, threads: int, feeds: Sequence[dict[str, np.nda
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") \
                 and event["ts"] >= start:
             times[event["args"]["op_name"]] += event["dur"] / 1e6
-    return times
+    return times, wall
 
 
 def _openvino_times(path: str, threads: int, precision: str,
-                    feeds: Sequence[dict[str, np.ndarray]], repeats: int) -> Counter[str]:
-    """Layer type -> seconds over `repeats` runs of every feed (warm-up runs left out)."""
+                    feeds: Sequence[dict[str, np.ndarray]], repeats: int) -> tuple[Counter[str], float]:
+    """Layer type -> seconds over `repeats` runs of every feed, and their wall seconds (the
+    compilation and the warm-up pass left out)."""
     from onnxrank.engine.backends.openvino import openvino_core
 
+    openvino = require("openvino", extra="openvino")
     compiled = openvino_core().compile_model(
         path, "CPU", {**compile_config(threads, precision), "PERF_COUNT": True})
     request = compiled.create_infer_request()
     names = [node.get_any_name() for node in compiled.inputs]
     times: Counter[str] = Counter()
-    for attempt in range(1 + repeats):
-        for feed in feeds:
-            request.infer({name: feed[name] for name in names})
-            if attempt:
-                for layer in request.profiling_info:
-                    if str(layer.status).endswith("EXECUTED") and "NOT" not in str(layer.status):
-                        times[layer.node_type] += layer.real_time.total_seconds()
-    return times
+    executed = openvino.ProfilingInfo.Status.EXECUTED
+
+    def count() -> None:  # the request's counters describe its last infer
+        for layer in request.profiling_info:
+            if layer.status == executed:
+                times[layer.node_type] += layer.real_time.total_seconds()
+
+    wall = _timed_passes(lambda feed: request.infer({name: feed[name] for name in names}),
+                         feeds, repeats, after=count)
+    return times, wall
 
 
 def profile(model_dir: Path, *, regime: str = "short", queries: int = 8, repeats: int = 3,
@@ -131,15 +154,14 @@ def profile(model_dir: Path, *, regime: str = "short", queries: int = 8, repeats
     per_query = [planned_feeds(reranker, [(r.query, d) for d in r.documents])
                  for r in workload.requests]
     feeds = [feed for batches in per_query for feed in batches]
-    started = time.perf_counter()
     if info.backend == "onnxruntime":
-        times = _onnxruntime_times(info.model_file, info.threads, feeds, repeats)
+        times, wall = _onnxruntime_times(info.model_file, info.threads, feeds, repeats)
     elif info.backend == "openvino":
-        times = _openvino_times(info.model_file, info.threads, info.precision, feeds, repeats)
+        times, wall = _openvino_times(info.model_file, info.threads, info.precision, feeds,
+                                      repeats)
     else:
         raise ValueError(f"no per-operator profile for backend {info.backend!r}")
-    # wall time of warm-up plus repeats; the warm-up's share is taken out pro rata
-    query_s = (time.perf_counter() - started) / (1 + repeats) / queries
+    query_s = wall / repeats / queries
     flops = model_flops(Path(model_dir) / reranker.spec.variants["fp32"].file)
     padded = sum(len(feed["input_ids"]) * flops.pair(feed["input_ids"].shape[1]) for feed in feeds)
     real = sum(flops.pair(int(count)) for feed in feeds for count in feed["attention_mask"].sum(1))
