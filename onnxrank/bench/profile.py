@@ -29,7 +29,14 @@ import onnxruntime as ort
 from onnxrank._optional import require
 from onnxrank.bench.flops import model_flops
 from onnxrank.bench.paths import DEFAULT_DATASET
-from onnxrank.bench.workloads import DEFAULT_SEED, PassageSource, build_workload, load_dataset, parse_regimes
+from onnxrank.bench.workloads import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_SEED,
+    PassageSource,
+    build_workload,
+    load_dataset,
+    parse_regimes,
+)
 from onnxrank.engine.backends.onnxruntime import session_options
 from onnxrank.engine.backends.openvino import compile_config
 from onnxrank.engine.reranker import Reranker, planned_feeds
@@ -138,15 +145,19 @@ def _openvino_times(path: str, threads: int, precision: str,
 
 
 def profile(model_dir: Path, *, regime: str = "short", queries: int = 8, repeats: int = 3,
-            candidates: int = 50, backend: str = "auto", precision: str = "auto",
-            dataset: Path = DEFAULT_DATASET) -> Profile:
+            candidates: int = DEFAULT_CANDIDATES, backend: str | None = None,
+            precision: str | None = None, dataset: Path = DEFAULT_DATASET) -> Profile:
     """Profile the engine's runtime on `queries` requests of `regime` (see the module docstring).
+
+    `backend` and `precision`: EngineConfig's; None keeps its default (the probe's choice).
 
     Raises:
         ValueError: An unknown regime, or a backend the profiler cannot read (only onnxruntime's
             CPU provider and OpenVINO have per-operator profiles here).
     """
-    reranker = Reranker.from_dir(model_dir, device="cpu", backend=backend, precision=precision)
+    chosen = {key: value for key, value in (("backend", backend), ("precision", precision))
+              if value is not None}
+    reranker = Reranker.from_dir(model_dir, device="cpu", **chosen)
     info = reranker.device_info
     workload = build_workload(PassageSource(load_dataset(dataset), reranker.tokenizer,
                                             seed=DEFAULT_SEED), parse_regimes(regime)[0],
@@ -196,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regime", default="short", help="a bench regime (short, mixed, ...)")
     parser.add_argument("--queries", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--candidates", type=int, default=50)
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES)
+    parser.add_argument("--backend", default=None, help="default: the engine's (EngineConfig)")
+    parser.add_argument("--precision", default=None, help="default: the engine's (EngineConfig)")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     args = parser.parse_args(argv)
     result = profile(args.model_dir, regime=args.regime, queries=args.queries, repeats=args.repeats,
