@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -155,9 +156,9 @@ def profile(model_dir: Path, *, regime: str = "short", queries: int = 8, repeats
         ValueError: An unknown regime, or a backend the profiler cannot read (only onnxruntime's
             CPU provider and OpenVINO have per-operator profiles here).
     """
-    chosen = {key: value for key, value in (("backend", backend), ("precision", precision))
-              if value is not None}
-    reranker = Reranker.from_dir(model_dir, device="cpu", **chosen)
+    chosen: dict[str, Any] = {key: value for key, value in
+                              (("backend", backend), ("precision", precision)) if value is not None}
+    reranker = Reranker.from_dir(model_dir, None, device="cpu", **chosen)
     info = reranker.device_info
     workload = build_workload(PassageSource(load_dataset(dataset), reranker.tokenizer,
                                             seed=DEFAULT_SEED), parse_regimes(regime)[0],
