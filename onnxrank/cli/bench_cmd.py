@@ -48,13 +48,11 @@ SCENARIO_FILES = {
     "retrieval_stages": "test_retrieval_stages.py",
     "order_check": "test_order_check.py",
     "overhead": "test_overhead.py",
-}
-# Run only when named: families and decoder build full-size checkpoints of other model families;
-# serving starts servers and a peer and runs fixed client levels (a closed-loop round at 64
-# clients is 128 requests of 50 candidates per server). Each takes far longer than the 15
-# minutes of a default run.
-OPT_IN_SCENARIO_FILES = {
     "serving": "test_serving.py",
+}
+# Run only when named: families and decoder build and export full-size checkpoints of other
+# model families first, and each takes far longer than the 15 minutes of a default run.
+OPT_IN_SCENARIO_FILES = {
     "families": "test_families.py",
     "decoder": "test_decoder.py",
 }
@@ -69,7 +67,7 @@ EPILOG = f"""examples:
   onnxrank bench --device cpu,cuda --regimes short,mixed --scenarios latency
   onnxrank bench --quick --budgets my_budgets.toml
   onnxrank bench --quick --scenarios latency --precision fp32 --max-batch-tokens 4096
-  onnxrank bench --scenarios serving,families,decoder   # opt-in: servers, other models; long
+  onnxrank bench --scenarios families,decoder    # opt-in: other model families; long
 
 Outputs in --out: summary.md (tables), summary.json (our summary), {PYTEST_BENCHMARK_JSON}
 (pytest-benchmark's raw data, with device and settings in extra_info) and PNG plots.
@@ -262,9 +260,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              type=_checked(parse_scenarios),
              help=f"scenario groups, comma-separated: {', '.join(SCENARIO_FILES)}; or "
                   f"{ALL_SCENARIOS} (those). Run only when named, never by {ALL_SCENARIOS}: "
-                  f"{', '.join(OPT_IN_SCENARIO_FILES)} (servers and a peer, full-size "
-                  "checkpoints of other model families: each takes far longer than a default "
-                  "run). The ceiling always runs, first")
+                  f"{', '.join(OPT_IN_SCENARIO_FILES)} (full-size checkpoints of other model "
+                  "families: each takes far longer than a default run). The ceiling always "
+                  "runs, first")
     # The rerank model: the engine's global twins (ONNXRANK_MODEL, ONNXRANK_MODELS_DIR), which
     # mean the same in every command.
     add_flag(parser, None, "--model", default=DEFAULT_RERANK_MODEL,

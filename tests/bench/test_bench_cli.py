@@ -90,9 +90,9 @@ def quick_run(installed: Path, tiny_model_dir: Path, tiny_embedder_dir: Path,
                            cwd=work, env=environment, capture_output=True, text=True, check=True)
     assert where.stdout.strip() == str(installed / "onnxrank" / "__init__.py")
     completed = subprocess.run(
-        # every default scenario and the opt-in serving one (its servers and report plot)
+        # every default scenario, serving included (its servers and report plot)
         [str(installed / "bin" / "onnxrank"), "bench", "--quick", "--model", str(tiny_model_dir),
-         "--embedder", str(tiny_embedder_dir), "--scenarios", ",".join([*SCENARIO_FILES, "serving"])],
+         "--embedder", str(tiny_embedder_dir)],
         cwd=work, env=environment, capture_output=True, text=True, timeout=900,
     )
     return completed, work
@@ -168,10 +168,29 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
                                         if name != "ort_fp32"}
     assert set(measured[("retrieval_stages", "dataset", "cpu")]["contenders"]) == {
         "lexical", "dense", "fusion", "rerank", "total"}
+    # serving: every level on short, the capacity level on mixed; Infinity (absent here, or not)
+    # for rerank at the capacity level only
+    serving = measured[("serving_c16", "short", "cpu")]
+    assert {"serve", "serve_nobatch", "rerank_many"} <= set(serving["contenders"])
+    assert ("infinity" in serving["contenders"]) != ("infinity" in serving["skipped"])
+    assert serving["contenders"]["serve"]["stats"]["statuses"] == {"200": 16}
+    assert serving["measurement"]["stop"] == "all 1 items"
+    for clients in (1, 4, 64):
+        level = measured[("serving_c" + str(clients), "short", "cpu")]
+        assert "infinity" not in level["contenders"] and "infinity" not in level["skipped"]
+        assert next(r for r in summary["results"] if r["scenario"] == f"serving_c{clients}"
+                    and r["regime"] == "mixed")["status"] == (
+            "skipped: the time plan runs mixed at 16 clients only")
+    assert ("serving_c16", "mixed", "cpu") in measured
+    assert {"serve", "embed_inprocess"} <= set(
+        measured[("serving_embed_c16", "short", "cpu")]["contenders"])
+    assert ("serving_embed_c64", "short", "cpu") in measured
+    assert ("serving_search_c16", "short", "cpu") in measured
+    assert {("serving_overload", regime, "cpu") for regime in ("short", "mixed")} <= set(measured)
     # every comparison says how many queries it took, its interval and why it stopped
     for row in measured.values():
-        if row["scenario"] == "ceiling" or row["scenario"].startswith("serving"):
-            continue  # fixed samples and rounds, not measured by compare
+        if row["scenario"] in ("ceiling", "serving_overload"):
+            continue  # fixed samples; an open loop of fixed duration
         assert row["measurement"]["stop"].startswith("all "), row["scenario"]
         for key, ratio in row["ratios"].items():
             assert {"n", "median", "ci_low", "ci_high", "within"} <= set(ratio), (
@@ -455,9 +474,9 @@ def test_the_ceiling_always_runs_first() -> None:
 
 def test_opt_in_scenarios_run_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    assert {"serving", "families", "decoder"} == set(OPT_IN_SCENARIO_FILES)
+    assert {"families", "decoder"} == set(OPT_IN_SCENARIO_FILES)
     assert not set(OPT_IN_SCENARIO_FILES) & set(parse_scenarios("all"))
-    assert "overhead" in parse_scenarios("all")
+    assert {"overhead", "serving"} <= set(parse_scenarios("all"))
     assert parse_scenarios("families,decoder") == ["ceiling", "families", "decoder"]
     # A registered file that is not installed: named, an error; from `all`, left out and said so.
     monkeypatch.setattr(bench_cmd, "SUITE_DIR", tmp_path)
@@ -478,9 +497,8 @@ def test_help_names_the_opt_in_scenarios(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert ("Run only when named, never by all: serving, families, decoder (servers and a peer, "
-            "full-size checkpoints of other model families: each takes far longer than a default "
-            "run)") in help_text
+    assert ("Run only when named, never by all: families, decoder (full-size checkpoints of "
+            "other model families: each takes far longer than a default run)") in help_text
 
 
 def test_environment_twins_are_scoped_to_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -96,6 +96,8 @@ class Sizes:
     max_batch_size: tuple[int, ...]
     ceiling_samples: int
     ceiling_sample_seconds: float
+    serving_rounds: int
+    serving_overload_s: float
     min_items: int = MIN_ITEMS
     time_caps_s: dict[str, float] = dataclasses.field(default_factory=dict)
     default_time_cap_s: float = DEFAULT_TIME_CAP_S
@@ -110,27 +112,33 @@ class Sizes:
 # The time plan of a full run (docs/benchmarks.md, "How long a full run takes"): every default
 # scenario and regime in 15 minutes on 2 cores. Caps are wall seconds per comparison, warm-up
 # included; most comparisons stop sooner on a fast machine, and a cap that bites is reported. The
-# regimes of the product's promises (short, mixed) get the largest share.
+# regimes of the product's promises (short, mixed) get the largest share. Serving caps hold per
+# client level; its server and peer start-ups (about a minute on 2 cores) come on top.
 FULL_TIME_CAPS_S = {
-    "latency/short": 50.0, "latency/medium": 40.0, "latency/long": 50.0, "latency/mixed": 100.0,
-    "throughput/short": 10.0, "throughput/medium": 20.0, "throughput/long": 25.0,
+    "latency/short": 45.0, "latency/medium": 35.0, "latency/long": 35.0, "latency/mixed": 80.0,
+    "throughput/short": 10.0, "throughput/medium": 15.0, "throughput/long": 20.0,
     "throughput/mixed": 15.0,
-    "max_batch_tokens": 30.0, "max_batch_size": 30.0, "padding/mixed": 35.0,
-    "padding/mixed_uniform": 30.0, "threads": 20.0, "precision": 40.0,
-    "long_documents": 35.0, "order_check": 15.0, "retrieval_stages": 15.0,
+    "max_batch_tokens": 25.0, "max_batch_size": 25.0, "padding/mixed": 30.0,
+    "padding/mixed_uniform": 25.0, "threads": 20.0, "precision": 30.0,
+    "long_documents": 25.0, "order_check": 15.0, "retrieval_stages": 15.0,
     "overhead/short": 20.0, "overhead/mixed": 30.0,
+    "serving_c1": 15.0, "serving_c4": 15.0, "serving_c16/short": 45.0,
+    "serving_c16/mixed": 50.0, "serving_c64": 30.0,
+    "serving_embed_c1": 10.0, "serving_embed_c4": 10.0, "serving_embed_c16": 25.0,
+    "serving_embed_c64": 25.0, "serving_search_c16": 30.0,
 }
 FULL = Sizes(candidates=DEFAULT_CANDIDATES, latency_queries=40, throughput_requests=40,
              throughput_requests_per_round=4, sweep_queries=20, long_document_queries=10,
              max_batch_tokens=(1024, 2048, 4096, 8192, 16384),
              max_batch_size=(8, 16, 32, 64, 128), ceiling_samples=15,
-             ceiling_sample_seconds=0.02, time_caps_s=FULL_TIME_CAPS_S)
+             ceiling_sample_seconds=0.02, serving_rounds=12, serving_overload_s=10.0,
+             time_caps_s=FULL_TIME_CAPS_S)
 # Quick checks the suite, not the numbers: fewer candidates and queries keep it short even with a
 # full-size model, so its budgets (set for 50 candidates) are reported, never enforced.
 QUICK = Sizes(candidates=10, latency_queries=2, throughput_requests=2,
               throughput_requests_per_round=1, sweep_queries=2, long_document_queries=1,
               max_batch_tokens=(512, 2048, 8192), max_batch_size=(8, 64), ceiling_samples=3,
-              ceiling_sample_seconds=0.002)
+              ceiling_sample_seconds=0.002, serving_rounds=1, serving_overload_s=2.0)
 
 
 def _warm_up_item(item: Sequence[Request]) -> list[Request]:
@@ -174,7 +182,7 @@ class BenchRun:
         self.ceiling_note = "the ceiling scenario did not run"
         self._engines: dict[EngineConfig, Reranker] = {}
         self._baselines: dict[tuple[str, str], Any] = {}
-        self._workloads: dict[tuple[str, int], Workload] = {}
+        self._workloads: dict[tuple[str, int, int], Workload] = {}
         self._request_flops: dict[int, float] = {}
         self._source: PassageSource | None = None
         self._calibration_ms: float | None = None
@@ -255,16 +263,17 @@ class BenchRun:
                     self._flops = f"model FLOPs not counted: {err}"
         return self._flops
 
-    def workload(self, regime: Regime, queries: int) -> Workload:
-        """The seeded workload of a regime (built once per session and size)."""
-        key = (regime.name, queries)
+    def workload(self, regime: Regime, queries: int, candidates: int | None = None) -> Workload:
+        """The seeded workload of a regime (built once per session and size); `candidates` per
+        query (None: the run's size)."""
+        candidates = self.sizes.candidates if candidates is None else candidates
+        key = (regime.name, queries, candidates)
         if key not in self._workloads:
             if self._source is None:
                 self._source = PassageSource(load_dataset(self.dataset_path),
                                              self.reference_engine.tokenizer)
             self._workloads[key] = build_workload(self._source, regime, queries=queries,
-                                                  candidates=self.sizes.candidates,
-                                                  seed=DEFAULT_SEED)
+                                                  candidates=candidates, seed=DEFAULT_SEED)
         return self._workloads[key]
 
     def request_flops(self, request: Request) -> float | None:

@@ -1,23 +1,25 @@
 """Serving: `onnxrank serve` under HTTP load on loopback, beside rerank_many and Infinity.
 
-1. Closed loop at 1, 4, 16 and 64 concurrent clients, each request one query with the
-   workload's candidates (50 in a full run), on the short and mixed regimes. Contenders, measured
-   interleaved round by round (onnxrank.bench.harness): the server with cross-request batching
-   ("serve"), without it ("serve_nobatch": one engine run per request), Infinity serving the same
-   checkpoint ("infinity", its own virtualenv, telemetry off), and at 16 clients the engine's
-   rerank_many in this process on the same requests in chunks of 16 ("rerank_many": what the
-   server could reach without HTTP and JSON). A round is the same list of requests for every
-   contender; pairs/s come from round times, p50/p95/p99 from each request's latency.
+1. Closed loop at 1, 4, 16 and 64 concurrent clients on short, and at 16 on mixed (the time plan
+   of a full run; see LEVELS_BY_REGIME), each request one query with SERVING_CANDIDATES
+   candidates. Contenders, measured interleaved round by round (onnxrank.bench.harness): the
+   server with cross-request batching ("serve"), without it ("serve_nobatch": one engine run per
+   request), and at 16 clients Infinity serving the same checkpoint ("infinity", its own
+   virtualenv, telemetry off) and the engine's rerank_many in this process on the same requests
+   in chunks of 16 ("rerank_many": what the server could reach without HTTP and JSON). A round is
+   the same list of requests for every contender, one per client (at least MIN_ROUND_REQUESTS);
+   a level stops once its ratios are known to ±5% or at its time cap (bench_run
+   .FULL_TIME_CAPS_S). Pairs/s come from round times, p50/p95/p99 from each request's latency.
 2. Open loop at twice the capacity "serve" reached at 16 clients, for a bounded time, against a
    fresh server with the default queue: share of 429s, latency of accepted requests, memory
    before and after, and a count (client and server side) that no request was lost or answered
    twice. The test fails when one was.
-3. Embeddings: closed loop at 1, 4, 16 and 64 clients, each request 8 texts (the workload's
-   passages) in OpenAI's shape with float vectors: ``onnxrank serve`` serving the embedding model
+3. Embeddings: closed loop at the same levels, each request 8 texts (the workload's passages) in
+   OpenAI's shape with float vectors: ``onnxrank serve`` serving the embedding model
    (--bench-embedder; POST /v1/embeddings, "serve"), Infinity serving the same model's checkpoint
-   (POST /embeddings, "infinity"), and at 16 clients ``Embedder.embed`` in this process on the
-   texts of 16 requests at a time ("embed_inprocess"). Texts/s are reported as the harness's
-   pairs/s (one item = one text).
+   (POST /embeddings, "infinity") at every level, and at 16 clients ``Embedder.embed`` in this
+   process on the texts of 16 requests at a time ("embed_inprocess"). Texts/s are reported as
+   the harness's pairs/s (one item = one text).
 4. Search: POST /v1/search (hybrid, k=10, reranking the fused top 50) at 16 clients against one
    server holding the rerank model, the embedder and an index of the dataset (built
    incrementally under --bench-out/retrieval-index, as the retrieval-stages scenario does):
@@ -43,9 +45,9 @@ import pytest
 from onnxrank.bench.harness import (
     Contender,
     ScenarioResult,
+    StoppingRule,
     measure_interleaved,
-    ratio_stats,
-    time_stats,
+    summarize,
 )
 from onnxrank.bench.serving import (
     InfinityProcess,
@@ -70,9 +72,18 @@ SCENARIO = "serving"
 CLIENT_LEVELS = (1, 4, 16, 64)
 SERVING_REGIMES = ("short", "mixed")
 CAPACITY_CLIENTS = 16
-FULL_ROUNDS, QUICK_ROUNDS = 3, 1
+# The full run's time plan (bench_run.FULL_TIME_CAPS_S, 15 minutes on 2 cores) affords every
+# client level on short and the capacity level on mixed (which the overload test needs), and the
+# Infinity peer for rerank at the capacity level only: torch scores about a fifth of the server's
+# pairs/s, so the peer at every level would take most of the run.
+LEVELS_BY_REGIME = {"short": CLIENT_LEVELS, "mixed": (CAPACITY_CLIENTS,)}
+RERANK_PEER_LEVELS = (CAPACITY_CLIENTS,)
+# Candidates per rerank request: a round of one request per client at 50 candidates takes a
+# 2-core CPU about a minute per contender at 64 clients.
+SERVING_CANDIDATES = 10
+# A round is one request per client, at least this many (a level of one client runs several).
+MIN_ROUND_REQUESTS = 4
 OVERLOAD_FACTOR = 2.0
-FULL_OVERLOAD_S, QUICK_OVERLOAD_S = 20.0, 2.0
 LOOP_TIME_LIMIT_S = 600.0
 # Closed-loop servers queue every client's request (64 clients): no 429 may cut a round short.
 CLOSED_LOOP_QUEUE = "128"
@@ -81,19 +92,38 @@ TEXTS_PER_REQUEST = 8
 SEARCH_CLIENTS = 16
 SEARCH_K = 10
 
+# A round: (index of its first request, requests).
+Round = tuple[int, int]
+
 # Pairs/s of "serve" at CAPACITY_CLIENTS per regime: the overload test sends twice that.
 _capacity: dict[str, float] = {}
 _c16_p99_ms: dict[str, float] = {}
 
 
-def _rounds(bench: BenchRun) -> int:
-    return QUICK_ROUNDS if bench.quick else FULL_ROUNDS
-
-
 def _per_round(bench: BenchRun, clients: int) -> int:
     # Quick checks the suite, not the numbers: at most 16 requests a round (some of 64 clients
     # then never send), so that it stays short.
-    return min(max(2, clients), 16) if bench.quick else max(32, 2 * clients)
+    return min(max(2, clients), 16) if bench.quick else max(MIN_ROUND_REQUESTS, clients)
+
+
+def _rounds(bench: BenchRun, clients: int) -> list[Round]:
+    """The rounds a level may take (its comparison stops sooner once its ratios are known)."""
+    per_round = _per_round(bench, clients)
+    return [(index * per_round, per_round) for index in range(bench.sizes.serving_rounds)]
+
+
+def _warm_up(clients: int) -> Round:
+    """The untimed first round of each contender: connections, sessions and kernels warmed on a
+    few requests instead of a whole round of the slowest."""
+    return 0, min(clients, MIN_ROUND_REQUESTS)
+
+
+def _skip_unplanned_level(bench: BenchRun, regime: Regime, device: str, scenario: str,
+                          clients: int) -> None:
+    if clients not in LEVELS_BY_REGIME[regime.name]:
+        levels = ", ".join(map(str, LEVELS_BY_REGIME[regime.name]))
+        bench.skip_scenario(scenario, regime.name, device,
+                            f"the time plan runs {regime.name} at {levels} clients only")
 
 
 def _infinity(config: pytest.Config) -> str | None:
@@ -187,15 +217,15 @@ def _serving_regime(bench: BenchRun, regime: Regime, device: str, scenario: str)
 
 
 def _requests(bench: BenchRun, regime: Regime) -> tuple[Request, ...]:
-    needed = _rounds(bench) * _per_round(bench, max(CLIENT_LEVELS))
-    return bench.workload(regime, needed).requests
+    needed = bench.sizes.serving_rounds * _per_round(bench, max(CLIENT_LEVELS))
+    return bench.workload(regime, needed, SERVING_CANDIDATES).requests
 
 
-def _http_contender(target: Target, clients: int, per_round: int,
-                    results: dict[str, list[LoadResult]]) -> Contender[int]:
-    def run(round_index: int) -> None:
-        start = round_index * per_round
-        result = closed_loop(target.url, target.bodies[start:start + per_round],
+def _http_contender(target: Target, clients: int,
+                    results: dict[str, list[LoadResult]]) -> Contender[Round]:
+    def run(requests: Round) -> None:
+        start, count = requests
+        result = closed_loop(target.url, target.bodies[start:start + count],
                              clients=clients, time_limit_s=LOOP_TIME_LIMIT_S)
         results.setdefault(target.name, []).append(result)
 
@@ -203,43 +233,48 @@ def _http_contender(target: Target, clients: int, per_round: int,
                      settings={**target.settings, "clients": clients})
 
 
-def _measure_closed_loop(benchmark: Any, targets: Sequence[Target],
-                         local: Sequence[Contender[int]], clients: int, per_round: int,
-                         items: Sequence[int], ratios: Sequence[tuple[str, str]],
-                         refusals_fail: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Time the HTTP targets (and the in-process contenders) round by round, interleaved.
+def _measure_closed_loop(benchmark: Any, bench: BenchRun, *, scenario: str, regime: str,
+                         device: str, targets: Sequence[Target],
+                         local: Sequence[Contender[Round]], clients: int,
+                         items_per_request: Sequence[int], ratios: Sequence[tuple[str, str]],
+                         skipped: dict[str, str], workload: dict[str, Any]) -> ScenarioResult:
+    """Time the HTTP targets (and the in-process contenders) round by round, interleaved, until
+    the ratios are known to ±5% or the level's time cap; a target named "serve…" that refuses a
+    request fails the test.
+
+    Args:
+        items_per_request: Pairs (or texts, searches) of each request, for pairs/s.
 
     Returns:
-        Per contender its label, settings and stats (pairs/s over `items`, latencies and
-        statuses of HTTP targets); and the ratios. A target whose name starts with
-        `refusals_fail` that refuses a request fails the test.
+        The result (not yet recorded): per contender pairs/s over the rounds, and for HTTP
+        targets each request's latency percentiles and the statuses.
     """
     results: dict[str, list[LoadResult]] = {}
-    contenders = [_http_contender(target, clients, per_round, results) for target in targets]
+    contenders = [_http_contender(target, clients, results) for target in targets]
     contenders.extend(local)
-    rounds = list(range(len(items)))
-    # measure_interleaved first runs rounds[0] once untimed (warm-up), then times every round.
-    timings = measure_interleaved(benchmark, contenders, rounds, items)
-    measured: dict[str, dict[str, Any]] = {}
-    for contender in contenders:
-        stats = time_stats(timings.seconds[contender.name], items)
-        loads = results.get(contender.name, [])[1:]  # without the warm-up run
-        if loads:
-            statuses: Counter[int | str] = Counter()
-            for load in loads:
-                statuses.update(load.statuses)
-            stats.update(latency_stats([value for load in loads
-                                        for value in load.accepted_latencies_s()]))
-            stats["statuses"] = {str(status): count for status, count in statuses.items()}
-            refused = {status: count for status, count in statuses.items() if status != 200}
-            if refused and contender.name.startswith(refusals_fail):
-                pytest.fail(f"{contender.name} refused closed-loop requests: {refused}")
-        measured[contender.name] = {"label": contender.label, "settings": contender.settings,
-                                    "stats": stats}
-    compared = {f"{faster}/{slower}": ratio_stats(timings.seconds[faster], timings.seconds[slower])
-                for faster, slower in ratios
-                if faster in timings.seconds and slower in timings.seconds}
-    return measured, compared
+    rounds = _rounds(bench, clients)
+    stopping = StoppingRule(min_items=min(bench.sizes.min_items, len(rounds)),
+                            max_items=len(rounds),
+                            time_cap_s=bench.sizes.time_cap_s(scenario, regime))
+    timings = measure_interleaved(
+        benchmark, contenders, rounds,
+        [sum(items_per_request[start:start + count]) for start, count in rounds],
+        ratios=ratios, stopping=stopping, warm_up=_warm_up(clients))
+    result = summarize(scenario, regime, device, contenders, timings, ratios=ratios,
+                       skipped=skipped, workload=workload)
+    for name, loads in results.items():
+        loads = loads[1:]  # without the warm-up run
+        statuses: Counter[int | str] = Counter()
+        for load in loads:
+            statuses.update(load.statuses)
+        stats = result.contenders[name]["stats"]
+        stats.update(latency_stats([value for load in loads
+                                    for value in load.accepted_latencies_s()]))
+        stats["statuses"] = {str(status): count for status, count in statuses.items()}
+        refused = {status: count for status, count in statuses.items() if status != 200}
+        if refused and name.startswith("serve"):
+            pytest.fail(f"{name} refused closed-loop requests: {refused}")
+    return result
 
 
 def _started(servers: _Servers) -> tuple[dict[str, Any], dict[str, str]]:
@@ -251,13 +286,12 @@ def _started(servers: _Servers) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 @pytest.mark.parametrize("clients", CLIENT_LEVELS, ids=[f"c{level}" for level in CLIENT_LEVELS])
-def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Regime,
+def test_serving_closed_loop(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                              clients: int, servers: _Servers) -> None:
     scenario = f"{SCENARIO}_c{clients}"
     _serving_regime(bench, regime, device, scenario)
+    _skip_unplanned_level(bench, regime, device, scenario, clients)
     requests = _requests(bench, regime)
-    per_round = _per_round(bench, clients)
-    rounds = _rounds(bench)
     model = bench.reference_engine.spec.name
     bodies = cohere_bodies(requests, model)
     labels = {
@@ -268,64 +302,63 @@ def test_serving_closed_loop(benchmark, bench: BenchRun, device: str, regime: Re
         "infinity": "Infinity (infinity-emb, torch engine) on the same checkpoint (POST /rerank)",
     }
     running, skipped = _started(servers)
+    if clients not in RERANK_PEER_LEVELS:
+        running.pop("infinity", None)
+        skipped.pop("infinity", None)
     targets = [Target(name=name, label=labels[name],
                       url=server.base_url + ("/rerank" if name == "infinity" else "/v1/rerank"),
                       bodies=bodies if name != "infinity" else cohere_bodies(requests, "peer"),
                       settings={"threads": bench.threads, "server": name})
                for name, server in running.items()]
-    local: list[Contender[int]] = []
+    local: list[Contender[Round]] = []
     ratios = [("serve", "serve_nobatch"), ("serve", "infinity")]
     if clients == CAPACITY_CLIENTS:
         engine = bench.engine(device)
 
-        def rerank_many(round_index: int) -> None:
-            start = round_index * per_round
-            round_requests = [(request.query, request.documents)
-                              for request in requests[start:start + per_round]]
-            for chunk in range(0, len(round_requests), clients):
-                engine.rerank_many(round_requests[chunk:chunk + clients])
+        def rerank_many(round_requests: Round) -> None:
+            start, count = round_requests
+            queries = [(request.query, request.documents)
+                       for request in requests[start:start + count]]
+            for chunk in range(0, len(queries), clients):
+                engine.rerank_many(queries[chunk:chunk + clients])
 
         local.append(Contender(
             name="rerank_many", label=f"engine rerank_many in-process, chunks of {clients}",
             run=rerank_many, settings={"threads": bench.threads, "chunk": clients}))
         ratios.append(("serve", "rerank_many"))
-    pairs = [sum(len(request.documents) for request in
-                 requests[index * per_round:(index + 1) * per_round]) for index in range(rounds)]
-    measured, compared = _measure_closed_loop(benchmark, targets, local, clients, per_round,
-                                              pairs, ratios, refusals_fail="serve")
-    result = ScenarioResult(
-        scenario=scenario, regime=regime.name, device=device, contenders=measured,
-        ratios=compared, skipped=skipped,
-        workload={**bench.workload(regime, len(requests)).describe(), "clients": clients,
-                  "requests_per_round": per_round, "rounds": rounds},
-    )
-    if clients == CAPACITY_CLIENTS and "serve" in measured:
-        _capacity[regime.name] = measured["serve"]["stats"]["pairs_per_s"]
-        _c16_p99_ms[regime.name] = measured["serve"]["stats"].get("p99_ms", math.nan)
+    result = _measure_closed_loop(
+        benchmark, bench, scenario=scenario, regime=regime.name, device=device, targets=targets,
+        local=local, clients=clients,
+        items_per_request=[len(request.documents) for request in requests], ratios=ratios,
+        skipped=skipped,
+        workload={**bench.workload(regime, len(requests), SERVING_CANDIDATES).describe(),
+                  "clients": clients, "requests_per_round": _per_round(bench, clients)})
+    if clients == CAPACITY_CLIENTS and "serve" in result.contenders:
+        _capacity[regime.name] = result.contenders["serve"]["stats"]["pairs_per_s"]
+        _c16_p99_ms[regime.name] = result.contenders["serve"]["stats"].get("p99_ms", math.nan)
     bench.record(benchmark, result)
 
 
 def _text_batches(bench: BenchRun, regime: Regime) -> list[tuple[str, ...]]:
     """Requests of TEXTS_PER_REQUEST texts: the workload's passages in order (again from the
     first when a small workload has fewer)."""
-    needed = _rounds(bench) * _per_round(bench, max(CLIENT_LEVELS))
+    needed = bench.sizes.serving_rounds * _per_round(bench, max(CLIENT_LEVELS))
     texts = [text for request in _requests(bench, regime) for text in request.documents]
     return [tuple(texts[(start + offset) % len(texts)] for offset in range(TEXTS_PER_REQUEST))
             for start in range(0, needed * TEXTS_PER_REQUEST, TEXTS_PER_REQUEST)]
 
 
 @pytest.mark.parametrize("clients", CLIENT_LEVELS, ids=[f"c{level}" for level in CLIENT_LEVELS])
-def test_serving_embeddings(benchmark, bench: BenchRun, device: str, regime: Regime,
+def test_serving_embeddings(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                             clients: int, embed_servers: _Servers) -> None:
     scenario = f"{SCENARIO}_embed_c{clients}"
     _serving_regime(bench, regime, device, scenario)
+    _skip_unplanned_level(bench, regime, device, scenario, clients)
     try:
         embedder_dir = _embedder_dir(bench)
     except RerankError as err:
         bench.skip_scenario(scenario, regime.name, device, str(err))
     batches = _text_batches(bench, regime)
-    per_round = _per_round(bench, clients)
-    rounds = _rounds(bench)
     running, skipped = _started(embed_servers)
     labels = {
         "serve": f"onnxrank serve ({bench.engine_label()}), cross-request batching "
@@ -341,7 +374,7 @@ def test_serving_embeddings(benchmark, bench: BenchRun, device: str, regime: Reg
                               bodies=embedding_bodies(batches, model),
                               settings={"threads": bench.threads, "server": name,
                                         "texts_per_request": TEXTS_PER_REQUEST}))
-    local: list[Contender[int]] = []
+    local: list[Contender[Round]] = []
     ratios = [("serve", "infinity")]
     if clients == CAPACITY_CLIENTS:
         from onnxrank.retrieval.embedder import Embedder
@@ -349,9 +382,9 @@ def test_serving_embeddings(benchmark, bench: BenchRun, device: str, regime: Reg
         embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads,
                                      **bench.engine_options)
 
-        def embed(round_index: int) -> None:
-            start = round_index * per_round
-            round_batches = batches[start:start + per_round]
+        def embed(round_requests: Round) -> None:
+            start, count = round_requests
+            round_batches = batches[start:start + count]
             for chunk in range(0, len(round_batches), clients):
                 embedder.embed([text for texts in round_batches[chunk:chunk + clients]
                                 for text in texts])
@@ -361,17 +394,14 @@ def test_serving_embeddings(benchmark, bench: BenchRun, device: str, regime: Reg
             label=f"Embedder.embed in-process, the texts of {clients} requests per call",
             run=embed, settings={"threads": bench.threads, "chunk": clients}))
         ratios.append(("serve", "embed_inprocess"))
-    texts = [sum(len(texts) for texts in batches[index * per_round:(index + 1) * per_round])
-             for index in range(rounds)]
-    measured, compared = _measure_closed_loop(benchmark, targets, local, clients, per_round,
-                                              texts, ratios, refusals_fail="serve")
-    bench.record(benchmark, ScenarioResult(
-        scenario=scenario, regime=regime.name, device=device, contenders=measured,
-        ratios=compared, skipped=skipped,
+    bench.record(benchmark, _measure_closed_loop(
+        benchmark, bench, scenario=scenario, regime=regime.name, device=device, targets=targets,
+        local=local, clients=clients, items_per_request=[len(texts) for texts in batches],
+        ratios=ratios, skipped=skipped,
         workload={"regime": regime.name, "embedder": str(embedder_dir), "clients": clients,
-                  "texts_per_request": TEXTS_PER_REQUEST, "requests_per_round": per_round,
-                  "rounds": rounds, "items": "texts (pairs_per_s is texts/s)"},
-    ))
+                  "texts_per_request": TEXTS_PER_REQUEST,
+                  "requests_per_round": _per_round(bench, clients),
+                  "items": "texts (pairs_per_s is texts/s)"}))
 
 
 def server_model_name(model_dir: Path) -> str:
@@ -381,7 +411,7 @@ def server_model_name(model_dir: Path) -> str:
     return load_model_spec(model_dir).name
 
 
-def test_serving_search(benchmark, bench: BenchRun, device: str, regime: Regime,
+def test_serving_search(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                         pytestconfig: pytest.Config) -> None:
     scenario = f"{SCENARIO}_search_c{SEARCH_CLIENTS}"
     _serving_regime(bench, regime, device, scenario)
@@ -397,10 +427,8 @@ def test_serving_search(benchmark, bench: BenchRun, device: str, regime: Regime,
         del embedder
     except (RerankError, MissingDependencyError) as err:
         bench.skip_scenario(scenario, regime.name, device, str(err))
-    per_round = _per_round(bench, SEARCH_CLIENTS)
-    rounds = _rounds(bench)
-    queries = [request.query for request in
-               bench.workload(REGIMES["short"], rounds * per_round).requests]
+    needed = bench.sizes.serving_rounds * _per_round(bench, SEARCH_CLIENTS)
+    queries = [request.query for request in bench.workload(REGIMES["short"], needed).requests]
     server = ServerProcess([bench.model_dir, embedder_dir], threads=bench.threads,
                            batching=True, engine_options=bench.engine_options, index=index_dir,
                            extra_args=("--max-queue", CLOSED_LOOP_QUEUE))
@@ -411,19 +439,19 @@ def test_serving_search(benchmark, bench: BenchRun, device: str, regime: Regime,
                         url=server.base_url + "/v1/search",
                         bodies=search_bodies(queries, k=SEARCH_K, rerank=True),
                         settings={"threads": bench.threads, "index": str(index_dir)})
-        measured, _ = _measure_closed_loop(benchmark, [target], [], SEARCH_CLIENTS, per_round,
-                                           [per_round] * rounds, [], refusals_fail="serve")
+        result = _measure_closed_loop(
+            benchmark, bench, scenario=scenario, regime=regime.name, device=device,
+            targets=[target], local=[], clients=SEARCH_CLIENTS,
+            items_per_request=[1] * len(queries), ratios=[], skipped={},
+            workload={"dataset": bench.dataset_path.name, "clients": SEARCH_CLIENTS,
+                      "requests_per_round": _per_round(bench, SEARCH_CLIENTS), "k": SEARCH_K,
+                      "items": "searches (pairs_per_s is searches/s)"})
     finally:
         server.stop()
-    bench.record(benchmark, ScenarioResult(
-        scenario=scenario, regime=regime.name, device=device, contenders=measured,
-        workload={"dataset": bench.dataset_path.name, "clients": SEARCH_CLIENTS,
-                  "requests_per_round": per_round, "rounds": rounds, "k": SEARCH_K,
-                  "items": "searches (pairs_per_s is searches/s)"},
-    ))
+    bench.record(benchmark, result)
 
 
-def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regime) -> None:
+def test_serving_overload(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> None:
     scenario = f"{SCENARIO}_overload"
     _serving_regime(bench, regime, device, scenario)
     if regime.name not in _capacity:
@@ -432,7 +460,7 @@ def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regim
     requests = _requests(bench, regime)
     candidates = len(requests[0].documents)
     rate = OVERLOAD_FACTOR * _capacity[regime.name] / candidates
-    duration = QUICK_OVERLOAD_S if bench.quick else FULL_OVERLOAD_S
+    duration = bench.sizes.serving_overload_s
     bodies = cohere_bodies(requests, bench.reference_engine.spec.name)
     server = ServerProcess([bench.model_dir], threads=bench.threads, batching=True,
                            engine_options=bench.engine_options)
@@ -458,7 +486,7 @@ def test_serving_overload(benchmark, bench: BenchRun, device: str, regime: Regim
     server_total = metric_value(after_text, "onnxrank_requests_total", endpoint="/v1/rerank") \
         - metric_value(before_text, "onnxrank_requests_total", endpoint="/v1/rerank")
     accepted = load.accepted_latencies_s()
-    stats = {
+    stats: dict[str, Any] = {
         **latency_stats(accepted),
         "pairs_per_s": len(accepted) * candidates / load.elapsed_s,
         "offered_requests_per_s": rate, "sent": load.sent, "answered": load.answered,
