@@ -216,7 +216,8 @@ async def embed(state: ServerState, family: Family, request: Request) -> Respons
 
 def _embeddings_response(model: ServedModel, call: EmbedCall, result: Any,
                          started: float) -> Response:
-    from starlette.responses import JSONResponse
+    import orjson
+    from starlette.responses import Response
 
     vectors = np.asarray(result.values, dtype=np.float32)
     tokens = int(np.sum(result.token_counts))
@@ -227,14 +228,17 @@ def _embeddings_response(model: ServedModel, call: EmbedCall, result: Any,
             embeddings: list[Any] = [base64.b64encode(row.tobytes()).decode("ascii")
                                      for row in little_endian]
         else:
-            embeddings = vectors.tolist()
+            embeddings = list(vectors)
         body = {"object": "list",
                 "data": [{"object": "embedding", "index": index, "embedding": embedding}
                          for index, embedding in enumerate(embeddings)],
                 "model": model.id, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
     else:
-        body = vectors.tolist()
-    response = JSONResponse(body)
+        body = vectors
+    # orjson writes each float32 as the shortest decimal that reads back to it (json would
+    # write float64 digits: twice the bytes, and 20x the time on a 2-core server).
+    response = Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+                        media_type="application/json")
     headers = response.headers
     headers["x-compute-type"] = model.engine.device_info.device
     headers["x-compute-characters"] = str(call.characters)

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from onnxrank.bench.serving import ServerProcess
@@ -41,7 +42,9 @@ def test_two_models_and_an_index_from_the_command_line(bow_rerank_engine: Rerank
                                                     "rerank": True}).json()
             assert found["reranker"] == "local" and len(found["results"]) == 2
             vectors = client.post("/embed", json={"inputs": ["heat"]}).json()
-            assert vectors == bow_embed_engine.embed(["heat"]).tolist()
+            # float32 as its shortest decimal: reads back to the same float32, bit for bit
+            np.testing.assert_array_equal(np.asarray(vectors, dtype=np.float32),
+                                          bow_embed_engine.embed(["heat"]))
     finally:
         assert server.stop() == 0
     assert any("ranker (rerank), bow-embedder (embedding), search on http://127.0.0.1:" in line
