@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from onnxrank.engine.tokenize import EncodedRow
+from onnxrank.engine.tokenize import EncodedRow, RowBudget
 from onnxrank.export.recipes import PromptRecipe
 from onnxrank.types import Pair
 
@@ -104,6 +104,15 @@ class PromptEncoder:
                 if stop == len(parts.document):
                     break
         return rows
+
+    def row_budget(self, instruction: str | None = None) -> RowBudget:
+        """How a row is shared with `instruction` (None: the recipe's default).
+
+        Raises:
+            TypeError, ValueError: As for `instruction_for` and `max_query_tokens`.
+        """
+        return RowBudget(self.max_length, self.fixed_tokens(instruction),
+                         self.max_query_tokens(instruction))
 
     def max_query_tokens(self, instruction: str | None = None) -> int:
         """Query tokens kept: half of what the recipe and the instruction leave of max_length

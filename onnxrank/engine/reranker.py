@@ -22,7 +22,7 @@ from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, load_model, pad_rows, resolve_model_dir
 from onnxrank.engine.spec import ModelSpec
-from onnxrank.engine.tokenize import EncodedRow, PairEncoder, make_encoder
+from onnxrank.engine.tokenize import EncodedRow, PairEncoder, RowBudget, make_encoder
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Pair, Scores
 
@@ -272,9 +272,27 @@ class Reranker:
             ValueError: A cross-encoder given one; a blank one; or, for a decoder reranker, one
                 that leaves the prompt no room for the query and the document.
         """
-        resolved = self._instruction(instruction)
-        if isinstance(self._encoder, PromptEncoder):
-            self._encoder.max_query_tokens(resolved)
+        self.row_budget(instruction)
+
+    def row_budget(self, instruction: str | None = None) -> RowBudget:
+        """How a model row is shared between the fixed tokens (special tokens; a decoder
+        reranker's prompt with `instruction`, else the call default), the query (capped) and the
+        document: what a caller counts to know the tokens a pair will cost before scoring it.
+
+        Raises:
+            TypeError, ValueError: As for `check_instruction`.
+        """
+        return self._encoder.row_budget(self._instruction(instruction))
+
+    def row_lengths(self, pairs: Sequence[Pair], instruction: str | None = None) -> list[int]:
+        """The tokens of each row `score(pairs, instruction=...)` runs (each at most max_length;
+        with long_documents="max_chunk", a long document's windows are one row each).
+
+        Raises:
+            TypeError, ValueError: As for `score`.
+        """
+        return [len(row.ids) for row in self._encode(check_pairs(pairs),
+                                                     self._instruction(instruction))]
 
     def _instruction(self, instruction: str | None) -> str | None:
         """The instruction a call runs with: its own, else the setting, else the recipe's default

@@ -28,6 +28,17 @@ class EncodedRow:
     span: tuple[int, int] | None = None  # character span of the document part (window mode)
 
 
+@dataclass(frozen=True, slots=True)
+class RowBudget:
+    """How an encoder shares a row of `max_length` tokens: `fixed_tokens` that are neither query
+    nor document (special tokens; a decoder's prompt and instruction), at most `max_query_tokens`
+    of the query, and the rest for the document (cut to fit)."""
+
+    max_length: int
+    fixed_tokens: int
+    max_query_tokens: int
+
+
 def load_tokenizer(spec: ModelSpec, model_dir: Path) -> Tokenizer:
     """Load tokenizer.json and check it against the model's vocabulary.
 
@@ -87,6 +98,11 @@ class PairEncoder:
                 f"instruction={instruction!r:.60} applies only to decoder rerankers (models "
                 "exported with --recipe); this model is a cross-encoder: leave instruction unset"
             )
+
+    def row_budget(self, instruction: str | None = None) -> RowBudget:
+        """How a row is shared (the instruction is checked as `instruction_for` does)."""
+        self.instruction_for(instruction)
+        return RowBudget(self.max_length, self._special_tokens, self.max_query_tokens)
 
     def encode(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> list[EncodedRow]:
         """One row per pair; documents are truncated so the row fits `max_length`."""

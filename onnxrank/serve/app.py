@@ -267,9 +267,8 @@ async def _rerank(state: ServerState, family: Family, request: Request) -> Respo
     if needs_tokens(call, config.max_tokens):
         from starlette.concurrency import run_in_threadpool
 
-        call = await run_in_threadpool(
-            prepare_documents, call, model.reranker.tokenizer,
-            max_length=model.max_length, max_tokens=config.max_tokens)
+        call = await run_in_threadpool(prepare_documents, call, model.reranker,
+                                       max_tokens=config.max_tokens)
     if not call.documents:
         return _ranked_response(model, call, None, started)
     deadline = None if call.deadline_ms is None else started + call.deadline_ms / 1000.0

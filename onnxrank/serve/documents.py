@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from onnxrank.serve.parsing import RequestError, RerankCall
 
 if TYPE_CHECKING:
-    from tokenizers import Tokenizer
+    from onnxrank.engine.reranker import Reranker
 
 
 def needs_tokens(call: RerankCall, max_tokens: int | None) -> bool:
@@ -23,10 +23,10 @@ def needs_tokens(call: RerankCall, max_tokens: int | None) -> bool:
         or max_tokens is not None)
 
 
-def prepare_documents(
-    call: RerankCall, tokenizer: Tokenizer, *, max_length: int, max_tokens: int | None
-) -> RerankCall:
-    """Apply `call`'s token options and check the server's token limit.
+def prepare_documents(call: RerankCall, reranker: Reranker, *,
+                      max_tokens: int | None) -> RerankCall:
+    """Apply `call`'s token options and check the server's token limit, counting each pair's
+    fixed tokens too (special tokens, or a decoder's prompt with the call's instruction).
 
     1. ``max_tokens_per_doc``: documents longer than that are cut to their first n tokens.
     2. ``truncate`` false (TEI): a pair longer than `max_length` is a 422, as TEI answers it.
@@ -37,10 +37,11 @@ def prepare_documents(
     Raises:
         RequestError: Cases 2 and 4.
     """
-    special = tokenizer.num_special_tokens_to_add(is_pair=True)
-    # The engine caps queries at half of max_length (onnxrank.engine.tokenize.PairEncoder).
+    tokenizer = reranker.tokenizer
+    budget = reranker.row_budget(call.instruction)
+    max_length, special = budget.max_length, budget.fixed_tokens
     query_tokens = min(len(tokenizer.encode(call.query, add_special_tokens=False).ids),
-                       max_length // 2)
+                       budget.max_query_tokens)
     documents = list(call.documents)
     encodings = tokenizer.encode_batch(documents, add_special_tokens=False)
     if call.max_tokens_per_doc is not None:
@@ -62,8 +63,9 @@ def prepare_documents(
         for index, encoding in enumerate(encodings):
             if len(encoding.ids) > room > 0:
                 documents[index] = documents[index][encoding.offsets[len(encoding.ids) - room][0]:]
-    if max_tokens is not None:
-        total = sum(min(length, max_length) for length in lengths)
+    if max_tokens is not None:  # the rows the engine will run, counted by its own encoder
+        total = sum(reranker.row_lengths([(call.query, document) for document in documents],
+                                         call.instruction))
         if total > max_tokens:
             raise RequestError(
                 413, f"the request is {total} tokens as the model sees them (each pair capped at "

@@ -15,6 +15,7 @@ import pytest
 from serve_helpers import WAIT_S, GatedEngine, RunningServer, poll, running_server
 
 from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.tokenize import make_encoder
 from onnxrank.serve import ServeConfig
 
 DECODER, BERT = "qwen", "bert"
@@ -131,3 +132,25 @@ def test_an_instruction_the_prompt_has_no_room_for_is_a_422(server: RunningServe
                                        "instruction": too_long})
         assert response.status_code == 422, response.text
         assert response.json()[key] == f"field `instruction`: {engine_error.value}"
+
+
+@pytest.mark.parametrize("instruction", [None, INSTRUCTIONS[0]])
+def test_the_token_limit_counts_the_prompt_as_the_engine_builds_rows(
+        decoder_reranker: Reranker, instruction: str | None) -> None:
+    # The tokens of the rows the engine will run: the recipe's prompt and the instruction
+    # (None: the recipe's default) around each query and document.
+    encoder = make_encoder(decoder_reranker.tokenizer, decoder_reranker.row_budget().max_length,
+                           decoder_reranker.spec.prompt)
+    total = sum(len(row.ids) for row in encoder.encode([(QUERY, document) for document in DOCUMENTS],
+                                                        instruction=instruction))
+    assert total > 3 * decoder_reranker.row_budget(instruction).fixed_tokens > 0
+    body = {"model": DECODER, "query": QUERY, "documents": DOCUMENTS}
+    if instruction is not None:
+        body["instruction"] = instruction
+    with running_server({DECODER: decoder_reranker}, ServeConfig(port=0, max_tokens=total)) as at:
+        assert post(at, "/v1/rerank", body).status_code == 200
+    with running_server({DECODER: decoder_reranker},
+                        ServeConfig(port=0, max_tokens=total - 1)) as below:
+        refused = post(below, "/v1/rerank", body)
+    assert refused.status_code == 413, refused.text
+    assert f"the request is {total} tokens as the model sees them" in refused.text
