@@ -52,7 +52,15 @@ def test_shipped_file_holds_the_product_promises() -> None:
     assert floors[("cpu", ("amx",), "latency", "short", "engine/fastembed")] == 2.0
     # the engine against itself holds on every machine
     assert floors[("cpu", (), "serving_c16", "short", "serve/rerank_many")] == 0.9
-    assert floors[("cpu", (), "serving_c16", "mixed", "serve/serve_nobatch")] == 1.2
+    # serving: the promises on the VNNI and AMX classes, guards below them on avx2
+    fast = ("amx", "avx512_vnni_bf16")
+    assert floors[("cpu", fast, "serving_c16", "mixed", "serve/serve_nobatch")] == 1.2
+    assert floors[("cpu", fast, "serving_c16", None, "serve/infinity")] == 2.0
+    assert floors[("cpu", fast, "serving_embed_c16", None, "serve/infinity")] == 2.0
+    assert 0.9 < floors[("cpu", avx2, "serving_c16", "mixed", "serve/serve_nobatch")] < 1.2
+    for scenario, regime in [("serving_c16", "short"), ("serving_embed_c16", "short")]:
+        assert 1.0 < floors[("cpu", avx2, scenario, regime, "serve/infinity")] < 2.0
+    assert floors[("cpu", (), "serving_embed_c16", None, "serve/embed_inprocess")] == 0.9
     assert floors[("cpu", (), "overhead", None, "engine/raw_infer")] == pytest.approx(1 / 1.05,
                                                                                    abs=1e-3)
     assert floors[("cpu", (), "order_check", None, "copy_a/copy_b")] == 0.93
@@ -66,7 +74,8 @@ def test_shipped_file_holds_the_product_promises() -> None:
     for budget in budgets.budgets:
         if budget.device == "cpu" and (budget.metric in ("p50_ms", "p95_ms", "ceiling_share")
                                        or budget.subject.split("/")[1] in (
-                                           "st", "naive_ort", "fastembed", "pad_to_max")):
+                                           "st", "naive_ort", "fastembed", "pad_to_max",
+                                           "infinity", "serve_nobatch")):
             assert budget.machine_classes, budget
     assert all(b.model == "minilm-standin" for b in budgets.budgets)
 

@@ -21,9 +21,9 @@
    process on the texts of 16 requests at a time ("embed_inprocess"). Texts/s are reported as
    the harness's pairs/s (one item = one text).
 4. Search: POST /v1/search (hybrid, k=10, reranking the fused top 50) at 16 clients against one
-   server holding the rerank model, the embedder and an index of the dataset (built
-   incrementally under --bench-out/retrieval-index, as the retrieval-stages scenario does):
-   p50/p99 of each search.
+   server holding the rerank model (every bench thread), the embedder (one thread more: it only
+   embeds the queries) and an index of the dataset (built incrementally under
+   --bench-out/retrieval-index, as the retrieval-stages scenario does): p50/p99 of each search.
 
 Servers run as their own processes on 127.0.0.1; Infinity from its own virtualenv, found on
 PATH or given with the pytest option --bench-infinity (install: onnxrank.bench.serving
@@ -429,9 +429,16 @@ def test_serving_search(benchmark: Any, bench: BenchRun, device: str, regime: Re
         bench.skip_scenario(scenario, regime.name, device, str(err))
     needed = bench.sizes.serving_rounds * _per_round(bench, SEARCH_CLIENTS)
     queries = [request.query for request in bench.workload(REGIMES["short"], needed).requests]
-    server = ServerProcess([bench.model_dir, embedder_dir], threads=bench.threads,
-                           batching=True, engine_options=bench.engine_options, index=index_dir,
-                           extra_args=("--max-queue", CLOSED_LOOP_QUEUE))
+    # Reranking the top 50 is nearly all of a search's work: the reranker gets every thread and
+    # the query embedder one more (an even split would leave half the cores to the idle embedder).
+    models_file = bench.out / "serving-search-models.toml"
+    models_file.write_text(
+        f'[[model]]\nmodel = "{bench.model_dir}"\nthreads = {bench.threads}\n\n'
+        f'[[model]]\nmodel = "{embedder_dir}"\nthreads = 1\n')
+    server = ServerProcess([], threads=bench.threads + 1, batching=True,
+                           engine_options=bench.engine_options, index=index_dir,
+                           extra_args=("--models-file", str(models_file),
+                                       "--max-queue", CLOSED_LOOP_QUEUE))
     try:
         target = Target(name="serve_search",
                         label=f"onnxrank serve POST /v1/search: hybrid, k={SEARCH_K}, reranking "
