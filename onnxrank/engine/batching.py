@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from onnxrank.engine.config import EngineConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,16 @@ def run_overhead_tokens(device: str, max_batch_tokens: int) -> int:
        small batches cannot amortise, so the CPU measurement does not carry over.
     """
     return max_batch_tokens if device == "cuda" else CPU_BATCH_OVERHEAD_TOKENS
+
+
+def plan_engine_batches(lengths: NDArray[np.integer] | list[int], config: EngineConfig,
+                        device: str, *, sort_by_length: bool = True) -> list[Batch]:
+    """`plan_batches` with an engine's settings (token budget, batch size, padding multiple, the
+    device's per-run charge): every model (reranker, embedder) plans its runs the same way."""
+    return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens,
+                        max_batch_size=config.max_batch_size, sort_by_length=sort_by_length,
+                        pad_to_multiple=config.pad_to_multiple,
+                        batch_overhead_tokens=run_overhead_tokens(device, config.max_batch_tokens))
 
 
 def plan_batches(

@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
-from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
+from onnxrank.engine.batching import Batch, plan_engine_batches
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
@@ -309,15 +309,8 @@ class Reranker:
         return self._encoder.encode(pairs, instruction=instruction)
 
     def _plan(self, rows: list[EncodedRow], *, sort_by_length: bool) -> list[Batch]:
-        return plan_batches(
-            [len(row.ids) for row in rows],
-            max_batch_tokens=self.config.max_batch_tokens,
-            max_batch_size=self.config.max_batch_size,
-            sort_by_length=sort_by_length,
-            pad_to_multiple=self.config.pad_to_multiple,
-            batch_overhead_tokens=run_overhead_tokens(self.device_info.device,
-                                                      self.config.max_batch_tokens),
-        )
+        return plan_engine_batches([len(row.ids) for row in rows], self.config,
+                                   self.device_info.device, sort_by_length=sort_by_length)
 
     def _run_batch(self, rows: list[EncodedRow], batch: Batch) -> np.ndarray:
         """Logits of one batch, in the batch's row order."""

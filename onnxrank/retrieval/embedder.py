@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from onnxrank._optional import require
 from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
-from onnxrank.engine.batching import plan_batches
+from onnxrank.engine.batching import plan_engine_batches
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.runtime import load_model, pad_rows
 from onnxrank.engine.spec import ModelSpec
@@ -51,7 +51,7 @@ class Embedder:
     The graph does the mean pooling and L2 normalisation, so cosine similarity is a dot product.
     Loading goes through the same runtime layer as the Reranker (hash check, backend and variant
     choice, fidelity records); of the engine options, device, backend, precision, threads,
-    max_batch_tokens and max_batch_size apply.
+    max_batch_tokens, max_batch_size and pad_to_multiple apply (the reranker's batch planning).
 
     Example:
         >>> embedder = Embedder.from_dir("models/minilm-embedder")  # doctest: +SKIP
@@ -141,9 +141,8 @@ class Embedder:
         ]
         token_counts = np.asarray([len(row.ids) for row in rows], dtype=np.int64)
         tokenized = time.perf_counter()
-        batches = plan_batches(token_counts.tolist(),
-                               max_batch_tokens=self.config.max_batch_tokens,
-                               max_batch_size=self.config.max_batch_size)
+        batches = plan_engine_batches(token_counts.tolist(), self.config,
+                                      self._runner.info.device)
         progress = None
         if show_progress:
             progress = require("tqdm.auto", extra="dense").tqdm(

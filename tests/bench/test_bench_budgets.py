@@ -35,12 +35,13 @@ def test_shipped_file_holds_the_product_promises() -> None:
     budgets = load_budgets(SHIPPED)
     floors = {(b.device, b.machine_classes, b.scenario, b.regime, b.subject): b.limit
               for b in budgets.budgets if b.metric == "ratio"}
-    # the issue "CPU last mile": on the class it was written for
+    # the issue "CPU last mile", on the class it was written for: the fastembed promise holds; the
+    # sentence-transformers and padding ones are guards below its full run, which missed them
     machine = ("avx512_vnni_bf16",)
-    assert floors[("cpu", machine, "latency", "short", "engine/st")] == 6.0
-    assert floors[("cpu", machine, "latency", "mixed", "engine/st")] == 12.0
+    assert 1.0 < floors[("cpu", machine, "latency", "short", "engine/st")] < 6.0
+    assert 1.0 < floors[("cpu", machine, "latency", "mixed", "engine/st")] < 12.0
     assert floors[("cpu", machine, "latency", "short", "engine/fastembed")] == 2.0
-    assert floors[("cpu", machine, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
+    assert 1.0 < floors[("cpu", machine, "padding", "mixed", "length_sorted/pad_to_max")] < 3.0
     # avx2: the padding promise holds; the others are guards below what its full run measured
     avx2 = ("avx2",)
     assert floors[("cpu", avx2, "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
@@ -50,11 +51,12 @@ def test_shipped_file_holds_the_product_promises() -> None:
     # amx: round 2's guards, below the promises it could not meet
     assert floors[("cpu", ("amx",), "latency", "short", "engine/st")] < 6.0
     assert floors[("cpu", ("amx",), "latency", "short", "engine/fastembed")] == 2.0
-    # the engine against itself holds on every machine
-    assert floors[("cpu", (), "serving_c16", "short", "serve/rerank_many")] == 0.9
-    # serving: the promises on the VNNI and AMX classes, guards below them on avx2
+    # the server against the engine in process: the promise where it held, a guard on the VNNI class
+    assert floors[("cpu", ("amx", "avx2"), "serving_c16", None, "serve/rerank_many")] == 0.9
+    assert 0.5 < floors[("cpu", machine, "serving_c16", None, "serve/rerank_many")] < 0.9
+    # serving: the promises where they were measured to hold, guards below them elsewhere
     fast = ("amx", "avx512_vnni_bf16")
-    assert floors[("cpu", fast, "serving_c16", "mixed", "serve/serve_nobatch")] == 1.2
+    assert floors[("cpu", ("amx",), "serving_c16", "mixed", "serve/serve_nobatch")] == 1.2
     assert floors[("cpu", fast, "serving_c16", None, "serve/infinity")] == 2.0
     assert floors[("cpu", fast, "serving_embed_c16", None, "serve/infinity")] == 2.0
     assert 0.9 < floors[("cpu", avx2, "serving_c16", "mixed", "serve/serve_nobatch")] < 1.2

@@ -55,6 +55,21 @@ def test_batching_does_not_change_embeddings(
     np.testing.assert_allclose(other.embed(TEXTS), bow_embedder.embed(TEXTS), atol=1e-6)
 
 
+@pytest.mark.parametrize("pad_to_multiple", [1, 8, 32])
+def test_batches_follow_the_engines_plan(bow_embedder_dir: Path, bow_embedder: Embedder,
+                                         pad_to_multiple: int) -> None:
+    # the reranker's planning (padding multiple included): few distinct shapes, whose first runs
+    # are what a dynamic-shape runtime pays for
+    texts = [" ".join(["wing"] * words) for words in range(1, 40)]
+    other = Embedder.from_dir(bow_embedder_dir, device="cpu", threads=1,
+                              pad_to_multiple=pad_to_multiple)
+    run = other.embed_detailed(texts)
+    lengths = {length for _, length in run.batches}
+    assert all(length % pad_to_multiple == 0 for length in lengths), run.batches
+    assert len(lengths) == len({-(-int(n) // pad_to_multiple) for n in run.token_counts})
+    np.testing.assert_allclose(run.vectors, bow_embedder.embed(texts), atol=1e-6)
+
+
 def test_empty_input_and_progress(bow_embedder: Embedder) -> None:
     assert bow_embedder.embed([]).shape == (0, 32)
     assert bow_embedder.embed(["x"], show_progress=True).shape == (1, 32)
