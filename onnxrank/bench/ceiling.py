@@ -45,6 +45,9 @@ from onnxrank.errors import DeviceUnavailableError
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("int8", "bf16", "fp32")
+# A runtime precision whose weight GEMMs run in another one: OpenVINO's "int8+bf16" multiplies in
+# int8 (bf16 is only the rest of the graph), so its ceiling and peak are int8's.
+GEMM_PRECISIONS = {"int8+bf16": "int8"}
 # The shapes that set a precision's ceiling (the weight GEMMs; see the module docstring).
 CEILING_SHAPES = ("ffn_up", "ffn_down", "projection")
 # Used when the model directory has no config.json naming its heads (MiniLM and BERT-base: 32, 64).
@@ -323,7 +326,8 @@ def ceiling_share(effective_ops_per_s: float, precision: str | None,
 
     Args:
         effective_ops_per_s: Model FLOPs of the pairs it scored / its time.
-        precision: What its arithmetic runs in (int8, bf16, fp32, fp16), from its settings.
+        precision: What its arithmetic runs in (int8, bf16, fp32, fp16, int8+bf16), from its
+            settings; int8+bf16 is held to the int8 ceiling (GEMM_PRECISIONS).
         ceilings: The run's ceilings (see `ceilings`); empty when none was measured.
         missing_note: Why `ceilings` is empty, for the report.
 
@@ -331,6 +335,7 @@ def ceiling_share(effective_ops_per_s: float, precision: str | None,
         ``ceiling_precision``, ``ceiling_ops_per_s`` and ``ceiling_share`` (None when there is no
         ceiling for that precision, with ``ceiling_note`` saying why).
     """
+    precision = GEMM_PRECISIONS.get(precision or "", precision)
     ceiling = ceilings.get(precision or "")
     if ceiling is None:
         if not ceilings:
@@ -350,6 +355,6 @@ def peak_share(effective_ops_per_s: float, precision: str | None,
     """A contender's effective ops/s as a share of the CPU's estimated peak for its precision
     (onnxrank.bench.machine.instruction_peaks): ``peak_ops_per_s`` and ``peak_share``, None where
     the CPU has no instruction for that precision or no stated clock."""
-    peak = peaks.get(precision or "", {}).get("ops_per_s")
+    peak = peaks.get(GEMM_PRECISIONS.get(precision or "", precision or ""), {}).get("ops_per_s")
     return {"peak_ops_per_s": peak,
             "peak_share": None if peak is None else effective_ops_per_s / peak}

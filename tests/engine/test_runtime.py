@@ -247,5 +247,9 @@ def test_int8_with_bf16_runs_the_int8_file_when_asked(
     assert (info.backend, info.variant, info.precision, info.reason) == (
         "openvino", "ov_int8", "int8+bf16", "requested")
     assert info.model_file == int8.device_info.model_file
-    # bf16 keeps 8 bits of mantissa: on a BF16 CPU the tiny model moves by a few hundredths
-    np.testing.assert_allclose(mixed.score(PAIRS), int8.score(PAIRS), atol=0.1)
+    # bf16 keeps 8 bits of mantissa and shifts what the int8 layers quantize: on a BF16 CPU the
+    # tiny random model's scores move by up to ~7% of their spread (measured), its ranking holds.
+    mixed_scores, int8_scores = mixed.score(PAIRS), int8.score(PAIRS)
+    assert list(np.argsort(mixed_scores)) == list(np.argsort(int8_scores))
+    spread = float(int8_scores.max() - int8_scores.min())
+    np.testing.assert_allclose(mixed_scores, int8_scores, atol=0.15 * spread)
