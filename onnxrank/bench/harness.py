@@ -398,7 +398,7 @@ class ScenarioResult:
         status: "measured", or why not ("unavailable: no CUDAExecutionProvider", "skipped: ...").
         contenders: Per contender: label, settings and time_stats.
         ratios: Per "a/b" key: ratio_stats of a's speed-up over b (with ``within``: whether its
-            interval met the stopping rule's precision).
+            interval met the stopping rule's ``precision``, also given).
         skipped: Contenders that could not run, with the reason.
         workload: Workload.describe() of what was measured.
         measurement: How many items, why it stopped, the rule and whether its time cap bit.
@@ -433,7 +433,8 @@ def summarize(
         if faster in timings.seconds and slower in timings.seconds:
             stats = ratio_stats(timings.seconds[faster], timings.seconds[slower],
                                 confidence=confidence)
-            compared[f"{faster}/{slower}"] = {**stats, "within": within(stats, precision)}
+            compared[f"{faster}/{slower}"] = {**stats, "within": within(stats, precision),
+                                              "precision": precision}
     return ScenarioResult(
         scenario=scenario,
         regime=regime,

@@ -116,11 +116,12 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
                      "min / max ms", "pairs/s"], rows)
     lines += ["", "## Speed-up ratios (per query, interleaved)", "",
               "Each ratio stops being measured once the 95% interval of its median (order "
-              "statistics, distribution-free) lies within ±5% of the median (after at least 6 "
-              "queries, the fewest that give such an interval), or at its scenario's time cap; "
-              "`queries` is how many it took.", ""]
+              "statistics, distribution-free) lies within ±5% of the median (a scenario whose "
+              "budget judges a few percent asks for less: `settled` names the precision), after "
+              "at least 6 queries (the fewest that give such an interval), or at its scenario's "
+              "time cap; `queries` is how many it took.", ""]
     lines += _table(["scenario", "regime", "device", "faster/slower", "min", "median", "max",
-                     "queries", "95% interval", "±5%"], ratio_rows(results))
+                     "queries", "95% interval", "settled"], ratio_rows(results))
     lines += ["", "## Measurement: how many queries, why each comparison stopped", ""]
     lines += _table(["scenario", "regime", "device", "items", "seconds", "stopped"],
                     [[r.scenario, r.regime, r.device, str(r.measurement["items"]),
@@ -154,14 +155,21 @@ def interval_text(stats: dict[str, Any], scale: float = 1.0, unit: str = "") -> 
 
 
 def ratio_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
-    """One row per ratio: where, min/median/max, queries, interval and whether within ±5%."""
+    """One row per ratio: where, min/median/max, queries, interval and whether it is within its
+    precision ("yes (±5%)")."""
     return [
         [result.scenario, result.regime, result.device, key, f"{ratio['min']:.2f}",
          f"**{ratio['median']:.2f}**", f"{ratio['max']:.2f}", str(ratio["n"]),
-         interval_text(ratio) if "ci_low" in ratio else "-",
-         "-" if "within" not in ratio else "yes" if ratio["within"] else "no"]
+         interval_text(ratio) if "ci_low" in ratio else "-", _settled_text(ratio)]
         for result in results for key, ratio in result.ratios.items()
     ]
+
+
+def _settled_text(ratio: dict[str, Any]) -> str:
+    if "within" not in ratio:
+        return "-"
+    verdict = "yes" if ratio["within"] else "no"
+    return verdict if "precision" not in ratio else f"{verdict} (±{ratio['precision']:.0%})"
 
 
 def stop_text(result: ScenarioResult) -> str:

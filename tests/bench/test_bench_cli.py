@@ -194,11 +194,15 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
             continue  # fixed samples; an open loop of fixed duration
         assert row["measurement"]["stop"].startswith("all "), row["scenario"]
         for key, ratio in row["ratios"].items():
-            assert {"n", "median", "ci_low", "ci_high", "within"} <= set(ratio), (
+            assert {"n", "median", "ci_low", "ci_high", "within", "precision"} <= set(ratio), (
                 row["scenario"], key)
+    # the overhead budget judges 5%: its ratio is measured to ±2%, the others to ±5%
+    assert measured[("overhead", "short", "cpu")]["ratios"]["engine/raw_infer"]["precision"] \
+        == pytest.approx(0.02)
     assert latency["measurement"]["stop"] == "all 2 items"
     assert latency["measurement"]["rule"]["min_items"] == 2
     assert latency["ratios"]["engine/st"]["n"] == 2
+    assert latency["ratios"]["engine/st"]["precision"] == pytest.approx(0.05)
     assert latency["ratios"]["engine/st"]["ci_low"] is None  # 2 queries give no 95% interval
     assert summary["run"]["machine_class"] == classify(read_cpu().flags)
     cuda_rows = [r for r in summary["results"] if r["device"] == "cuda"]
@@ -267,7 +271,9 @@ def test_quick_budgets_are_reported_not_enforced(quick_run) -> None:
     assert "its scores are NOT relevance scores" in markdown
     assert "| latency | short | cpu | engine: onnxrank engine (defaults) |" in markdown
     assert re.search(r"\| latency \| short \| cpu \| engine/st \| [\d.]+ \| \*\*[\d.]+\*\* \| [\d.]+ \| "
-                     r"2 \| none: 2 too few \| no \|", markdown)
+                     r"2 \| none: 2 too few \| no \(±5%\) \|", markdown)
+    assert re.search(r"\| overhead \| short \| cpu \| engine/raw_infer \| .* \| (yes|no) \(±2%\) \|",
+                     markdown)
     assert "| latency | short | cpu | 2 |" in markdown and "| all 2 items |" in markdown
     assert re.search(r"  latency/short/cpu engine/st: [\d.]+x \[none: 2 too few\], 2 queries, "
                      "not within ±5%", completed.stdout)

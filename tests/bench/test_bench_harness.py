@@ -23,6 +23,7 @@ from onnxrank.bench.harness import (
     measure_interleaved,
     median_interval,
     ratio_stats,
+    summarize,
     time_stats,
 )
 
@@ -160,6 +161,22 @@ def test_a_settled_comparison_stops_after_the_minimum(benchmark, clock: _Clock) 
     ratio = ratio_stats(timings.seconds["A"], timings.seconds["B"])
     assert ratio["n"] == 6 and ratio["ci_low"] == pytest.approx(2.0)
     assert ratio["ci_high"] == pytest.approx(2.01)
+
+
+@pytest.mark.parametrize(("precision", "items"), [(0.05, 6), (0.02, 12)])
+def test_a_narrower_precision_measures_longer(benchmark, clock: _Clock, precision: float,
+                                              items: int) -> None:
+    log: list[str] = []
+    # B's time swings by 6% (2.0 or 2.12 per item): its ratio is known to ±5% at once, never to ±2%
+    contenders = [_timed(clock, log, "A", lambda item: 1.0),
+                  _timed(clock, log, "B", lambda item: 2.0 + 0.12 * (item % 2))]
+    rule = StoppingRule(min_items=6, precision=precision)
+    timings = _measure(benchmark, contenders, 12, [("A", "B")], rule)
+    assert len(timings.seconds["A"]) == items
+    result = summarize("overhead", "short", "cpu", contenders, timings, ratios=[("A", "B")],
+                       skipped={}, workload={})
+    assert result.ratios["A/B"]["precision"] == precision
+    assert result.ratios["A/B"]["within"] is (precision == 0.05)
 
 
 def test_each_comparison_stops_on_its_own(benchmark, clock: _Clock) -> None:

@@ -4,7 +4,8 @@ For each query, interleaved: ``engine`` is ``rerank(query, documents)`` (tokeniz
 padding, inference, scatter, ranking); ``raw_infer`` feeds the very same length-sorted, padded
 batches to the same runner with nothing else (onnxrank.engine.reranker.inference_only prepares
 them once, before the measurement). Their per-query ratio ``engine/raw_infer`` (raw time / engine
-time) is 1.0 for an engine that adds nothing: 0.952 means the engine adds 5% to a query.
+time) is 1.0 for an engine that adds nothing: 0.952 means the engine adds 5% to a query. It is
+measured to ±2% (PRECISION), not the suite's ±5%.
 
 Regimes: short and mixed (the product's promises); others in the run are skipped with the reason.
 Budgets (budgets.toml): scenario "overhead".
@@ -23,6 +24,9 @@ from onnxrank.engine.reranker import inference_only
 
 SCENARIO = "overhead"
 REGIMES = ("short", "mixed")
+# The budget judges a 5% overhead (a ratio of 0.95): a median known to ±5% cannot tell 3% from 7%,
+# so this ratio is measured until it is known to ±2% (or the time cap).
+PRECISION = 0.02
 
 
 def test_overhead(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> None:
@@ -54,5 +58,5 @@ def test_overhead(benchmark: Any, bench: BenchRun, device: str, regime: Regime) 
         benchmark, scenario=SCENARIO, regime=regime.name, device=device,
         contenders=[engine, raw], items=[(request,) for request in workload.requests],
         pairs_per_item=[len(request.documents) for request in workload.requests],
-        ratios=[("engine", "raw_infer")], workload=workload,
+        ratios=[("engine", "raw_infer")], workload=workload, precision=PRECISION,
     )
