@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from onnxrank.bench.budgets import verdict_table
+from onnxrank.bench.harness import DEFAULT_PRECISION
 from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
 from onnxrank.bench.report import interval_text, write_report
 from onnxrank.bench.suite.bench_run import BenchRun
@@ -130,7 +131,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     write("ratios (median over queries, 95% interval of the median, queries it took):")
     for result in run.results:
         for key, ratio in result.ratios.items():
-            settled = "" if ratio.get("within", True) else ", not within ±5%"
+            settled = ("" if ratio.get("within", True)
+                       else f", not within ±{ratio.get('precision', DEFAULT_PRECISION):.0%}")
             write(f"  {result.scenario}/{result.regime}/{result.device} {key}: "
                   f"{ratio['median']:.2f}x [{interval_text(ratio)}], {ratio['n']} queries"
                   f"{settled}")
