@@ -327,7 +327,8 @@ def _tuning_failures(task: str, variant: str, metrics: dict[str, Any],
 
 
 def _attempt(settings: dict[str, Any], metrics: dict[str, Any], passed: bool) -> dict[str, Any]:
-    kept = ("spearman", "top10_overlap", "top10_overlap_min", "max_abs_diff", "cosine_min")
+    kept = ("spearman", "spearman_per_query_mean", "top10_overlap", "top10_overlap_min",
+            "max_abs_diff", "cosine_min")
     return {**settings, "passed_on_tuning": passed, "part": metrics.get("part"),
             **{key: metrics[key] for key in kept if key in metrics}}
 

@@ -79,6 +79,11 @@ class FidelityThresholds:
         opt_max_abs_diff: Same for model_opt.onnx.
         int8_min_spearman: Rank correlation with the reference over the pairs of a part, for the
             int8 variants (int8, ov_int8) and OpenVINO bf16.
+        int8_min_spearman_per_query: Mean over a part's query groups of the Spearman correlation
+            within each group, for the same variants: a reranker's ranking is read per query, and
+            a correlation pooled over all pairs hides queries whose candidates are reordered (the
+            stand-in's ov_int8 passed a pooled 0.991 on the held-out pairs with a per-query mean
+            of 0.973).
         int8_min_top10_overlap: Mean over a part's query groups of the share of the reference
             top-10 kept, for the same variants.
         fp16_max_abs_diff: Largest |logit difference| for model_fp16.onnx (when CPU can run it).
@@ -89,6 +94,7 @@ class FidelityThresholds:
     fp32_max_abs_diff: float = 1e-4
     opt_max_abs_diff: float = 1e-3
     int8_min_spearman: float = 0.98
+    int8_min_spearman_per_query: float = 0.98
     int8_min_top10_overlap: float = 0.9
     fp16_max_abs_diff: float = 5e-2
     embedding_min_cosine: float = 0.999
@@ -102,6 +108,8 @@ class FidelityThresholds:
             return [("cosine_min", ">=", self.embedding_min_cosine, "embedding_min_cosine")]
         if variant in INT8_VARIANTS:
             return [("spearman", ">=", self.int8_min_spearman, "int8_min_spearman"),
+                    ("spearman_per_query_mean", ">=", self.int8_min_spearman_per_query,
+                     "int8_min_spearman_per_query"),
                     ("top10_overlap", ">=", self.int8_min_top10_overlap, "int8_min_top10_overlap")]
         if variant == "fp32":
             return [("max_abs_diff_scaled", "<=", self.fp32_max_abs_diff, "fp32_max_abs_diff")]

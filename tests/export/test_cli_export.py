@@ -74,7 +74,7 @@ def test_int8_method_flags_force_one_recipe(
     # static MinMax QDQ wrecks rankings (docs/export.md): the gate is opened to look at the recipe
     code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out), *flags,
                  "--variants", "fp32,int8", "--int8-min-spearman", "-1",
-                 "--int8-min-top10-overlap", "0", *QUICK])
+                 "--int8-min-spearman-per-query", "-1", "--int8-min-top10-overlap", "0", *QUICK])
     assert code == 0, capsys.readouterr().err
     quantization = load_model_spec(out).variants["int8"].quantization
     assert {key: quantization[key] for key in expected} == expected
@@ -99,7 +99,8 @@ def test_every_rerank_threshold_flag_is_enforced(
     code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out),
                  "--variants", "fp32,opt,int8,fp16",
                  "--opt-max-abs-diff", "-1", "--fp16-max-abs-diff", "-1",
-                 "--int8-min-spearman", "1.5", "--int8-min-top10-overlap", "1.5",
+                 "--int8-min-spearman", "1.5", "--int8-min-spearman-per-query", "1.5",
+                 "--int8-min-top10-overlap", "1.5",
                  "--validation-pairs", "16"])
     assert code == 0
     spec = load_model_spec(out)
@@ -108,6 +109,7 @@ def test_every_rerank_threshold_flag_is_enforced(
             ("opt", "max_abs_diff", "<= -1", "--opt-max-abs-diff"),
             ("fp16", "max_abs_diff", "<= -1", "--fp16-max-abs-diff"),
             ("int8", "spearman", ">= 1.5", "--int8-min-spearman"),
+            ("int8", "spearman_per_query_mean", ">= 1.5", "--int8-min-spearman-per-query"),
             ("int8", "top10_overlap", ">= 1.5", "--int8-min-top10-overlap")):
         reason = spec.failed_variants[variant]["reason"]
         assert spec.failed_variants[variant]["stage"] == "validation"

@@ -164,16 +164,26 @@ def test_ov_int8_scores_do_not_depend_on_batch_mates(tiny_model_dir: Path) -> No
 
 
 def test_fidelity_is_checked_on_the_held_out_part_too() -> None:
-    tuning_ok = {"pairs": 32, "spearman": 0.99, "top10_overlap": 1.0, "part": "tuning",
-                 "validated": True,
-                 "held_out": {"pairs": 16, "spearman": 0.95, "top10_overlap": 0.8}}
+    tuning_ok = {"pairs": 32, "spearman": 0.99, "spearman_per_query_mean": 0.99,
+                 "top10_overlap": 1.0, "part": "tuning", "validated": True,
+                 "held_out": {"pairs": 16, "spearman": 0.95, "spearman_per_query_mean": 0.97,
+                              "top10_overlap": 0.8}}
     with pytest.raises(FidelityError, match=re.escape(
             "variant ov_int8 (held-out pairs): spearman = 0.95, threshold >= 0.98 "
-            "(--int8-min-spearman); variant ov_int8 (held-out pairs): top10_overlap = 0.8, "
-            "threshold >= 0.9 (--int8-min-top10-overlap)")):
+            "(--int8-min-spearman); variant ov_int8 (held-out pairs): spearman_per_query_mean = "
+            "0.97, threshold >= 0.98 (--int8-min-spearman-per-query); variant ov_int8 (held-out "
+            "pairs): top10_overlap = 0.8, threshold >= 0.9 (--int8-min-top10-overlap)")):
         check_thresholds("rerank", {"ov_int8": tuning_ok}, FidelityThresholds())
+    # a pooled correlation above the floor does not hide a per-query one below it
+    with pytest.raises(FidelityError, match=re.escape(
+            "variant ov_int8 (held-out pairs): spearman_per_query_mean = 0.975, threshold >= "
+            "0.98 (--int8-min-spearman-per-query). Nothing was written")):
+        check_thresholds("rerank", {"ov_int8": {**tuning_ok, "held_out": {
+            "pairs": 16, "spearman": 0.991, "spearman_per_query_mean": 0.975,
+            "top10_overlap": 0.93}}}, FidelityThresholds())
     check_thresholds("rerank", {"ov_int8": {**tuning_ok, "held_out": {
-        "pairs": 16, "spearman": 0.981, "top10_overlap": 0.9}}}, FidelityThresholds())
+        "pairs": 16, "spearman": 0.981, "spearman_per_query_mean": 0.98, "top10_overlap": 0.9}}},
+        FidelityThresholds())
 
 
 def test_manifest_without_new_fields_still_loads(tiny_model_dir: Path) -> None:
@@ -281,7 +291,7 @@ def test_models_list_shows_sizes_and_fidelity(
     assert "[stand-in: not relevance-trained]" in out
     assert re.search(r"int8\s+model_int8\.onnx\s+\d+\.\d MB\s+max\|Δ\|", out), out
     assert re.search(r"ov_int8\s+model_ov_int8\.xml\s+\d+\.\d MB\s+max\|Δ\|.*held-out "
-                     r"spearman \d\.\d{4} top10 \d\.\d{3}", out), out
+                     r"spearman \d\.\d{4} per-query \d\.\d{4} top10 \d\.\d{3}", out), out
 
 
 def test_models_list_shows_the_metrics_a_manifest_has(
@@ -296,7 +306,7 @@ def test_models_list_shows_the_metrics_a_manifest_has(
     (copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["models", "list", "--models-dir", str(copy.parent)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"fp32\s+model\.onnx\s+\d+\.\d MB  spearman 1\.0000  top10 1\.000  held-out", out), out
+    assert re.search(r"fp32\s+model\.onnx\s+\d+\.\d MB  spearman 1\.0000  per-query 1\.0000  top10 1\.000  held-out", out), out
     assert re.search(r"opt\s+model_opt\.onnx\s+\d+\.\d MB  no fidelity metrics in the manifest", out), out
 
 

@@ -26,7 +26,8 @@ CROSS_ENCODERS = [family.name for family in families() if not family.uses_recipe
 TINY_PAIRS = 48
 # tiny random encoders lose rankings to int8 rounding (tests/conftest.py); these tests are about
 # the machinery, the default thresholds are tested on the full-size stand-in
-LOOSE = ["--int8-min-spearman", "0.5", "--int8-min-top10-overlap", "0.5"]
+LOOSE = ["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
+         "--int8-min-top10-overlap", "0.5"]
 PAIRS = [
     ("what is the lift of a thin wing", "the lift of a thin wing in supersonic flow is computed"),
     ("what is the lift of a thin wing", "heat transfer in laminar boundary layers"),
@@ -55,7 +56,8 @@ def family_exports(family_checkpoints: dict[str, Path],
     for name, checkpoint in family_checkpoints.items():
         out = root / name
         variants = "fp32,opt,int8,ov_int8" if name == "electra" else "fp32,opt,int8"
-        thresholds = (["--int8-min-spearman", "0.5", "--int8-min-top10-overlap", "1.01"]
+        thresholds = (["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
+                       "--int8-min-top10-overlap", "1.01"]
                       if name == "electra" else LOOSE)
         code = main(["export", "--model", str(checkpoint), "--out", str(out), "--variants",
                      variants, "--int8-method", "dynamic", "--validation-pairs", str(TINY_PAIRS),
@@ -187,7 +189,8 @@ def test_ov_int8_builds_or_is_recorded_and_records_bf16(
         model=str(family_checkpoints[family]), out_dir=tmp_path / family,
         variants=("fp32", "ov_int8"), ov_int8=(OvInt8Settings(fp32_head=True),),
         validation_pairs=TINY_PAIRS,
-        thresholds=FidelityThresholds(int8_min_spearman=0.5, int8_min_top10_overlap=0.5)))
+        thresholds=FidelityThresholds(int8_min_spearman=0.5, int8_min_spearman_per_query=0.5,
+                                      int8_min_top10_overlap=0.5)))
     spec = result.spec
     assert "fp32" in spec.variants
     assert ("ov_int8" in spec.variants) != ("ov_int8" in spec.failed_variants)
