@@ -306,7 +306,8 @@ def test_models_list_shows_the_metrics_a_manifest_has(
     (copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["models", "list", "--models-dir", str(copy.parent)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"fp32\s+model\.onnx\s+\d+\.\d MB  spearman 1\.0000  per-query 1\.0000  top10 1\.000  held-out", out), out
+    assert re.search(r"fp32\s+model\.onnx\s+\d+\.\d MB  spearman 1\.0000  per-query 1\.0000  "
+                     r"top10 1\.000  held-out", out), out
     assert re.search(r"opt\s+model_opt\.onnx\s+\d+\.\d MB  no fidelity metrics in the manifest", out), out
 
 
