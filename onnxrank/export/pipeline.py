@@ -461,7 +461,6 @@ def _export_into(
         logger.warning("variant %s left out: %s", variant, reason)
         failed[variant] = {"stage": "not applicable", "reason": reason}
     layers = int(config.num_hidden_layers)
-    num_heads, hidden_size = int(config.num_attention_heads), int(config.hidden_size)
     max_length = _resolve_max_length(request, loaded, task)
     pad_id = int(loaded.tokenizer.pad_token_id or 0)
 
@@ -519,10 +518,15 @@ def _export_into(
         if failures:
             raise _VariantFailed("validation", "; ".join(failures), fidelity=fidelity.pop(variant))
 
+    # only the fused optimizer reads attention shapes: an unknown family may have no attention heads
+    def attention_shape() -> tuple[int, int]:
+        return int(config.num_attention_heads), int(config.hidden_size)
+
     def build_opt() -> None:
         if paths["opt"].is_file():
             return
         progress.step("build opt")
+        num_heads, hidden_size = attention_shape()
         settings["opt"]["optimization"] = optimize_transformer(
             paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size,
             model_type=family.ort_model_type or "bert")
@@ -535,6 +539,7 @@ def _export_into(
 
     def variant_fp16() -> None:
         progress.step("build fp16")
+        num_heads, hidden_size = attention_shape()
         settings["fp16"]["optimization"] = convert_fp16(
             paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size,
             model_type=family.ort_model_type)

@@ -261,6 +261,32 @@ def test_unknown_family_exports_fp32_only_and_says_why(
     assert spec.graph_rewrites["cls_only_last_layer"]["applied"] is False
 
 
+def test_family_that_cannot_be_traced_fails_naming_the_family_and_what_is_missing(
+        family_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    from onnxrank.errors import ExportError
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    # FNet mixes tokens with a Fourier transform (torch.fft) that the ONNX exporter cannot trace,
+    # and its config has no attention heads
+    checkpoint = tmp_path / "fnet"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(family_checkpoints["bert"])
+    config = transformers.FNetConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     intermediate_size=64, num_labels=1)
+    torch.manual_seed(0)
+    transformers.FNetForSequenceClassification(config).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as raised:
+        export_model(ExportRequest(model=str(checkpoint), out_dir=out, validation_pairs=TINY_PAIRS))
+    message = str(raised.value)
+    assert "(unknown (fnet) family, model_type 'fnet'" in message
+    assert "fft" in message and "needs a family module in onnxrank.export.families" in message
+    assert not (out / "manifest.json").exists()
+
+
 def test_long_context_family_keeps_its_max_length_and_windows_work(tmp_path: Path) -> None:
     from onnxrank.engine.config import EngineConfig
     from onnxrank.engine.reranker import Reranker
