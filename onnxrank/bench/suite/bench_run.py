@@ -49,7 +49,8 @@ from onnxrank.bench.workloads import (
 )
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import usable_cpus
-from onnxrank.errors import MissingDependencyError, RerankError
+from onnxrank.engine.spec import ModelSpec
+from onnxrank.errors import MissingDependencyError, ModelLoadError, RerankError
 
 logger = logging.getLogger(__name__)
 
@@ -211,11 +212,10 @@ class BenchRun:
 
     @property
     def model_label(self) -> str:
-        spec = self.reference_engine.spec
-        if spec.relevance_trained:
-            return f"{spec.name} (relevance-trained)"
-        return (f"{spec.name}: NOT relevance-trained, its scores are NOT relevance scores "
-                "(speed measurements only)")
+        """The run's model for the report; it is loaded only by the scenarios that measure it."""
+        if self._reference_engine is None:
+            return f"{self.model_name}: not loaded (no scenario of this run measured it)"
+        return _model_label(self._reference_engine.spec)
 
     @property
     def calibration_ms(self) -> float:
@@ -255,7 +255,11 @@ class BenchRun:
     def model_flops(self) -> ModelFlops | str:
         """FLOPs per pair from the fp32 graph, or why they cannot be counted."""
         if self._flops is None:
-            spec = self.reference_engine.spec
+            try:
+                spec = self.reference_engine.spec
+            except ModelLoadError as err:  # a run of the opt-in scenarios, which bring their own model
+                self._flops = f"model FLOPs not counted: {err}"
+                return self._flops
             if "fp32" not in spec.variants:
                 self._flops = (f"model {spec.name!r} has no fp32 variant to count FLOPs on "
                                f"(it has {', '.join(spec.variants)})")
@@ -409,9 +413,11 @@ class BenchRun:
         self.record(benchmark, result)
         return result
 
-    def record(self, benchmark: Any, result: ScenarioResult) -> None:
+    def record(self, benchmark: Any, result: ScenarioResult, *, engine: Reranker | None = None) -> None:
         """Add shares of the ceiling, then `result` to the report and extra_info; fail the test
-        on a broken enforced budget."""
+        on a broken enforced budget. `engine`: the engine of a scenario that measures its own model
+        (families, decoder), which then labels the result and picks its budgets; else the run's."""
+        spec = (engine or self.reference_engine).spec
         for contender in result.contenders.values():
             stats = contender["stats"]
             if "effective_ops_per_s" in stats:
@@ -422,14 +428,14 @@ class BenchRun:
         benchmark.group = f"{result.scenario}/{result.regime}/{result.device}"
         benchmark.extra_info.update({
             "scenario": result.scenario, "regime": result.regime, "device": result.device,
-            "quick": self.quick, "model": self.model_label, "threads": self.threads,
+            "quick": self.quick, "model": _model_label(spec), "threads": self.threads,
             "contenders": {name: value["settings"] for name, value in result.contenders.items()},
             "ratios": result.ratios, "skipped": result.skipped, "workload": result.workload,
             "machine": self.machine, "machine_class": self.machine_class,
             "measurement": result.measurement,
         })
         self.results.append(result)
-        verdicts = check_budgets(self.budgets, result, model=self.reference_engine.spec.name,
+        verdicts = check_budgets(self.budgets, result, model=spec.name,
                                  scale=self.scale, machine_class=self.machine_class,
                                  not_enforced=self.not_enforced_reason)
         self.verdicts.extend(verdicts)
@@ -460,7 +466,7 @@ class BenchRun:
             "model": {
                 "name": reference.spec.name if reference else self.model_name,
                 "path": str(reference.model_dir) if reference else self.model_name,
-                "label": self.model_label if reference else "not loaded",
+                "label": self.model_label,
                 "variants": list(reference.spec.variants) if reference else [],
                 "flops": (dataclasses.asdict(flops) if isinstance(flops, ModelFlops)
                           else flops or "not counted"),
@@ -486,3 +492,10 @@ class BenchRun:
             "machine_class": self.machine_class,
             "flashrank": FLASHRANK_SKIP_REASON,
         }
+
+
+def _model_label(spec: ModelSpec) -> str:
+    if spec.relevance_trained:
+        return f"{spec.name} (relevance-trained)"
+    return (f"{spec.name}: NOT relevance-trained, its scores are NOT relevance scores "
+            "(speed measurements only)")

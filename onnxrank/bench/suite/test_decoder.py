@@ -10,7 +10,7 @@ docs/export.md, "Decoder rerankers")::
 build_decoder_checkpoint('checkpoints/qwen3-0.6b-random', size='qwen3-0.6b')"
     onnxrank export --model checkpoints/qwen3-0.6b-random --recipe qwen3-reranker \
         --out models/qwen3-0.6b-random-reranker --validation-pairs 48
-    onnxrank bench --scenarios decoder --regimes short,mixed
+    onnxrank bench --model qwen3-0.6b-random-reranker --scenarios decoder --regimes short,mixed
 
 The transformers contenders run the model card's code on the checkpoint the manifest names
 (``source.path``): prefix, user text and suffix tokenized apart, left padding, one forward pass
@@ -174,4 +174,4 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     result = summarize(SCENARIO, label, device, contenders, timings, ratios=ratios,
                        skipped=skipped, workload=description,
                        flops_per_item=flops_per_item[:len(measured)])
-    bench.record(benchmark, result)
+    bench.record(benchmark, result, engine=engine)

@@ -99,4 +99,4 @@ def test_families(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                         "candidates": CANDIDATES})
     result = summarize(SCENARIO, label, device, contenders, timings, ratios=ratios,
                        skipped=skipped, workload=description)
-    bench.record(benchmark, result)
+    bench.record(benchmark, result, engine=engine)

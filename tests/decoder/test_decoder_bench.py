@@ -1,0 +1,42 @@
+"""The bench's decoder scenario on the tiny decoder: it measures its own model, so it runs and
+writes its report where the run's model (the stand-in) was never exported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from onnxrank.bench.suite.test_decoder import DECODER_MODEL
+from onnxrank.engine.spec import load_model_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_decoder_scenario_records_its_own_model_without_the_runs_model(
+        decoder_model_dir: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / DECODER_MODEL).symlink_to(decoder_model_dir)
+    out = tmp_path / "out"
+    out.mkdir()  # as `onnxrank bench` does before the suite runs
+    suite = REPO / "onnxrank" / "bench" / "suite"
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+         str(suite / "pytest.ini"), f"--rootdir={suite}", str(suite / "test_decoder.py"),
+         "--bench-quick", f"--bench-models-dir={models}", "--bench-device=cpu",
+         "--bench-regimes=short", "--bench-threads=1", f"--bench-out={out}",
+         f"--benchmark-json={out / 'pytest-benchmark.json'}", "-k", "20"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["model"]["label"] == (
+        "minilm-standin: not loaded (no scenario of this run measured it)")
+    (result,) = summary["results"]
+    assert (result["scenario"], result["regime"]) == ("decoder", "short/20")
+    assert "engine/transformers_fp32" in result["ratios"]
+    benchmarks = json.loads((out / "pytest-benchmark.json").read_text())["benchmarks"]
+    assert [entry["extra_info"]["model"] for entry in benchmarks] == [
+        f"{load_model_spec(decoder_model_dir).name}: NOT relevance-trained, its scores are NOT "
+        "relevance scores (speed measurements only)"]
