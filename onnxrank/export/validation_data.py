@@ -5,8 +5,11 @@ reproduces all three files byte for byte, which tests/export checks)::
 
     python -m onnxrank.export.validation_data --data ../shared/data --out-dir onnxrank/data
 
-``validation_pairs.jsonl``: 320 (query, passage) pairs from Cranfield and CACM in 20 query groups
-(onnxrank.export.validate.HELD_OUT_GROUPS names the 7 held out of every choice).
+``validation_pairs.jsonl``: 528 (query, passage) pairs from Cranfield and CACM in 33 query groups:
+the first 20 groups (13 tuning, 7 held out), then 13 more held-out groups drawn after the other two
+files from queries and documents none of them uses, so that the held-out part (20 groups, 320
+pairs; onnxrank.export.validate.HELD_OUT_GROUPS) judges the per-query mean against its 0.98 floor on
+20 queries, not 7 (where one query weighed a seventh of the mean).
 ``calibration_pairs.jsonl``: 320 pairs built the same way from *other* queries and *other*
 documents: no query and no passage (text or document id) in common with the validation pairs. The
 static int8 variants are calibrated on them.
@@ -26,6 +29,7 @@ import json
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +43,9 @@ HEAD_QUERIES = 70
 HEAD_PAIRS_PER_SIDE = 3
 HEAD_PASSAGE_CHARS = 700
 CALIBRATION_SEED_OFFSET = 1000
+# the extra held-out groups, as many per collection as make the held-out part the shape of COLLECTIONS
+EXTRA_HELD_OUT = (("cranfield", 8, 8, 6), ("cacm", 5, 8, 6))
+EXTRA_HELD_OUT_SEED_OFFSET = 2000
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
@@ -56,7 +63,7 @@ def _passage(document: dict[str, str]) -> str:
 
 def _collection_groups(
     root: Path, name: str, n_queries: int, max_judged: int, min_judged: int, rng: random.Random,
-    exclude: list[dict[str, object]] | None = None,
+    exclude: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, object]]:
     """Query groups of one collection; with `exclude`, none of its queries, documents or texts."""
     directory = root / name
@@ -65,7 +72,7 @@ def _collection_groups(
     queries = {query["id"]: query["text"].strip() for query in _read_jsonl(directory / "queries.jsonl")}
     if exclude:
         mine = [row for row in exclude if str(row["group"]).startswith(f"{name}:")]
-        used_docs = {str(doc_id) for row in mine for doc_id in row["doc_ids"]}  # type: ignore[attr-defined]
+        used_docs = {str(doc_id) for row in mine for doc_id in row["doc_ids"]}
         used_texts = {str(row["passage"]) for row in exclude}
         used_queries = {str(row["query"]) for row in exclude}
         used_query_ids = {str(row["group"]).split(":", 1)[1] for row in mine}
@@ -107,6 +114,24 @@ def _collection_groups(
     return rows
 
 
+def _draw_groups(
+    data_root: Path, collections: tuple[tuple[str, int, int, int], ...], rng: random.Random,
+    exclude: list[dict[str, Any]] | None = None,
+) -> list[dict[str, object]]:
+    """The query groups of every (collection, queries, max judged, min judged) in order."""
+    rows: list[dict[str, object]] = []
+    for name, n_queries, max_judged, min_judged in collections:
+        rows.extend(_collection_groups(data_root, name, n_queries, max_judged, min_judged, rng,
+                                       exclude=exclude))
+    return rows
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
+    with open(path, mode, encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def build_validation_pairs(data_root: Path, out_path: Path, *, seed: int = 13) -> set[str]:
     """Write the validation pairs file and return its query groups ("collection:query id").
 
@@ -115,13 +140,8 @@ def build_validation_pairs(data_root: Path, out_path: Path, *, seed: int = 13) -
         out_path: Where to write the JSON-lines file.
         seed: Seed for the choice of queries and random documents.
     """
-    rng = random.Random(seed)
-    rows: list[dict[str, object]] = []
-    for name, n_queries, max_judged, min_judged in COLLECTIONS:
-        rows.extend(_collection_groups(data_root, name, n_queries, max_judged, min_judged, rng))
-    with open(out_path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    rows = _draw_groups(data_root, COLLECTIONS, random.Random(seed))
+    _write_rows(out_path, rows)
     logger.info("wrote %d validation pairs to %s", len(rows), out_path)
     return {str(row["group"]) for row in rows}
 
@@ -141,15 +161,9 @@ def build_calibration_pairs(
         seed: Seed for the choice of queries and documents (offset from the validation seed, so
             the two files never draw the same sequence).
     """
-    validation = _read_jsonl(validation_path)
-    rng = random.Random(seed + CALIBRATION_SEED_OFFSET)
-    rows: list[dict[str, object]] = []
-    for name, n_queries, max_judged, min_judged in COLLECTIONS:
-        rows.extend(_collection_groups(data_root, name, n_queries, max_judged, min_judged, rng,
-                                       exclude=validation))  # type: ignore[arg-type]
-    with open(out_path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    rows = _draw_groups(data_root, COLLECTIONS, random.Random(seed + CALIBRATION_SEED_OFFSET),
+                        exclude=_read_jsonl(validation_path))
+    _write_rows(out_path, rows)
     logger.info("wrote %d calibration pairs to %s", len(rows), out_path)
     return len(rows)
 
@@ -192,10 +206,32 @@ def build_head_pairs(
                 # the head sees short inputs only: feature extraction on 2 CPU cores stays ~1 min
                 rows.append({"query": queries[query_id], "passage": corpus[doc_id][:HEAD_PASSAGE_CHARS],
                              "label": label, "doc_id": doc_id})
-    with open(out_path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    _write_rows(out_path, rows)
     return len(rows)
+
+
+def append_held_out_groups(
+    data_root: Path, validation_path: Path, *, calibration_path: Path, head_path: Path, seed: int = 13
+) -> list[str]:
+    """Append the extra held-out groups to the validation file and return their names.
+
+    Drawn last, from queries and documents that neither the validation file nor the calibration
+    pairs use and from queries the stand-in's head was not fitted on, so the files written before
+    stay as they were.
+
+    Args:
+        data_root: Directory holding ``cranfield/`` and ``cacm/``.
+        validation_path: The validation pairs file (its first 20 groups), appended to.
+        calibration_path: The calibration pairs file whose queries and documents are left out.
+        head_path: The stand-in head's pairs, whose queries and documents are left out.
+        seed: Seed for the choice of queries and documents (offset from the other files' seeds).
+    """
+    head = [{"group": "cranfield:head", "query": row["query"], "passage": row["passage"],
+             "doc_ids": [row["doc_id"]]} for row in _read_jsonl(head_path)]
+    rows = _draw_groups(data_root, EXTRA_HELD_OUT, random.Random(seed + EXTRA_HELD_OUT_SEED_OFFSET),
+                        exclude=[*_read_jsonl(validation_path), *_read_jsonl(calibration_path), *head])
+    _write_rows(validation_path, rows, mode="a")
+    return list(dict.fromkeys(str(row["group"]) for row in rows))
 
 
 def main() -> None:
@@ -213,8 +249,13 @@ def main() -> None:
         validation_path=args.out_dir / "validation_pairs.jsonl", seed=args.seed)
     count = build_head_pairs(args.data, args.out_dir / "standin_head_pairs.jsonl",
                              exclude_groups=groups, seed=args.seed)
-    print(f"wrote {len(groups)} validation groups, {calibration} calibration pairs and {count} "
-          f"head pairs to {args.out_dir}")
+    extra = append_held_out_groups(
+        args.data, args.out_dir / "validation_pairs.jsonl",
+        calibration_path=args.out_dir / "calibration_pairs.jsonl",
+        head_path=args.out_dir / "standin_head_pairs.jsonl", seed=args.seed)
+    print(f"wrote {len(groups) + len(extra)} validation groups ({len(extra)} of them extra held-out "
+          f"groups: {', '.join(extra)}), {calibration} calibration pairs and {count} head pairs to "
+          f"{args.out_dir}")
 
 
 if __name__ == "__main__":

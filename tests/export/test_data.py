@@ -36,7 +36,8 @@ def test_validation_data_command_rebuilds_the_shipped_files_byte_for_byte(tmp_pa
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == (
-        f"wrote 20 validation groups, 320 calibration pairs and 416 head pairs to {tmp_path}")
+        f"wrote 33 validation groups (13 of them extra held-out groups: {', '.join(HELD_OUT_GROUPS[7:])}), "
+        f"320 calibration pairs and 416 head pairs to {tmp_path}")
     for name in DATA_FILES:
         shipped = resources.files("onnxrank.data").joinpath(name).read_bytes()
         assert (tmp_path / name).read_bytes() == shipped, f"{name} differs from the shipped file"
@@ -63,10 +64,13 @@ def test_held_out_part_is_fixed_whole_groups_sharing_no_text_with_tuning() -> No
     held_out = [pair for pair in pairs if pair.part == "held_out"]
     tuning = [pair for pair in pairs if pair.part == "tuning"]
     assert {pair.group for pair in held_out} == set(HELD_OUT_GROUPS)
-    assert (len(held_out), len(tuning)) == (112, 208)
+    assert (len(held_out), len(tuning)) == (320, 208)
     assert {pair.group for pair in held_out}.isdisjoint(pair.group for pair in tuning)
     assert {pair.query for pair in held_out}.isdisjoint(pair.query for pair in tuning)
     assert {pair.passage for pair in held_out}.isdisjoint(pair.passage for pair in tuning)
     assert load_validation_pairs(part="held_out") == held_out
+    # nor a query the stand-in's head was fitted on (it scores every held-out pair in the docs)
+    assert {pair.query for pair in held_out}.isdisjoint(
+        str(row["query"]) for row in _rows("standin_head_pairs.jsonl"))
     with pytest.raises(ValueError, match="part must be one of tuning, held_out or None, got 'test'"):
         load_validation_pairs(part="test")

@@ -464,7 +464,7 @@ def test_bad_variant_list_is_a_value_error(capsys: pytest.CaptureFixture[str]) -
 def test_validation_set_shape() -> None:
     pairs = load_validation_pairs()
     groups = {pair.group for pair in pairs}
-    assert len(pairs) == 320 and len(groups) == 20
+    assert len(pairs) == 528 and len(groups) == 33
     assert {group.split(":")[0] for group in groups} == {"cranfield", "cacm"}
     assert all(sum(p.group == group for p in pairs) == 16 for group in groups)
     assert max(len(pair.passage) for pair in pairs) > 4000  # long passages reach the 512 limit

@@ -50,7 +50,7 @@ def test_cls_only_export_matches_the_full_graph(tiny_model_dir: Path, unpruned_d
         full_scores = _scores(unpruned_dir / name, rows, full.pad_token_id)
         np.testing.assert_allclose(
             pruned_scores, full_scores, atol=1e-4, rtol=0,
-            err_msg=f"tiny model {name}: [CLS]-only last layer vs the full graph on all 320 pairs")
+            err_msg=f"tiny model {name}: [CLS]-only last layer vs the full graph on all the validation pairs")
     # the unpruned graph fuses attention in every layer, the pruned one in all but the last
     assert full.variants["opt"].optimization["fusions"]["Attention"] == 2
     assert pruned.variants["opt"].optimization["fusions"]["Attention"] == 1
