@@ -101,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "up to float rounding, fewer FLOPs); embedding models are never pruned")
     add_flag(export, "export", "--validation-pairs", type=int, default=None,
              help="validate on about N pairs (whole query groups of both parts) instead of all "
-             "528; for quick trial runs")
+             "the shipped pairs; for quick trial runs")
     add_flag(export, "export", "--registry", type=Path, default=DEFAULT_REGISTRY,
              help="model registry JSON")
     add_flag(export, "export", "--seed", type=int, default=0,

@@ -114,7 +114,7 @@ class ExportRequest:
             (exact up to float rounding; see onnxrank.export.prune). Embedding models are never
             pruned: mean pooling reads every row.
         validation_pairs: Validate on about this many pairs (whole query groups of both parts);
-            None = all 528.
+            None = all the shipped pairs.
         registry_path: models/registry.json.
         seed: Seed for stand-in weights and head fitting.
         recipe: Decoder rerankers: a built-in scoring recipe's name or a recipe file (JSON);

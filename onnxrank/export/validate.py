@@ -133,7 +133,7 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
     """The shipped validation pairs, each marked with its part (tuning or held_out).
 
     Args:
-        limit: None = all 528 pairs. Else whole query groups totalling about `limit` pairs, spread
+        limit: None = all the shipped pairs. Else whole query groups totalling about `limit` pairs, spread
             evenly over each part, about a third of them held out and at least one group of each
             part (so a quick trial still checks held-out text).
         part: Only the pairs of this part (``tuning`` or ``held_out``); None = both.
