@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
+    from onnxrank.engine.backends.base import ModelRunner
     from onnxrank.engine.config import EngineConfig
 
 
@@ -25,32 +26,27 @@ def round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
 
-# What one extra session.run costs, in padded tokens. On the 2-core CPU no overhead measured
-# fastest (docs/engine.md, "Engine defaults": 256 was 9% slower on short lists, 16% on mixed):
-# a row of 60+ tokens already gives the GEMMs enough work, so only padding counts. Equal padded
-# lengths still share a batch.
-CPU_BATCH_OVERHEAD_TOKENS = 0
-
-
-def run_overhead_tokens(device: str, max_batch_tokens: int) -> int:
+def run_overhead_tokens(device: str, max_batch_tokens: int, cpu_run_overhead_tokens: int) -> int:
     """The per-run charge the planner uses on `device` ("cpu" or "cuda").
 
-    1. CPU: CPU_BATCH_OVERHEAD_TOKENS (measured).
+    1. CPU: `cpu_run_overhead_tokens`, what one more run costs the runtime that runs the model
+       (ModelRunner.cpu_run_overhead_tokens, measured per backend).
     2. CUDA: a whole `max_batch_tokens`, so the planner first minimises the number of runs, then
        padding. Not measured (no GPU here): every run pays some hundred kernel launches, which
        small batches cannot amortise, so the CPU measurement does not carry over.
     """
-    return max_batch_tokens if device == "cuda" else CPU_BATCH_OVERHEAD_TOKENS
+    return max_batch_tokens if device == "cuda" else cpu_run_overhead_tokens
 
 
 def plan_engine_batches(lengths: NDArray[np.integer] | list[int], config: EngineConfig,
-                        device: str, *, sort_by_length: bool = True) -> list[Batch]:
-    """`plan_batches` with an engine's settings (token budget, batch size, padding multiple, the
-    device's per-run charge): every model (reranker, embedder) plans its runs the same way."""
+                        runner: ModelRunner, *, sort_by_length: bool = True) -> list[Batch]:
+    """`plan_batches` with an engine's settings (token budget, batch size, padding multiple) and
+    its runner's per-run charge: every model (reranker, embedder) plans its runs the same way."""
+    charge = run_overhead_tokens(runner.info.device, config.max_batch_tokens,
+                                 runner.cpu_run_overhead_tokens)
     return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens,
                         max_batch_size=config.max_batch_size, sort_by_length=sort_by_length,
-                        pad_to_multiple=config.pad_to_multiple,
-                        batch_overhead_tokens=run_overhead_tokens(device, config.max_batch_tokens))
+                        pad_to_multiple=config.pad_to_multiple, batch_overhead_tokens=charge)
 
 
 def plan_batches(
@@ -60,7 +56,7 @@ def plan_batches(
     max_batch_size: int,
     sort_by_length: bool = True,
     pad_to_multiple: int = 1,
-    batch_overhead_tokens: int = CPU_BATCH_OVERHEAD_TOKENS,
+    batch_overhead_tokens: int = 0,
 ) -> list[Batch]:
     """Cut rows into batches of at most `max_batch_tokens` padded tokens and `max_batch_size` rows.
 

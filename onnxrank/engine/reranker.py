@@ -309,8 +309,8 @@ class Reranker:
         return self._encoder.encode(pairs, instruction=instruction)
 
     def _plan(self, rows: list[EncodedRow], *, sort_by_length: bool) -> list[Batch]:
-        return plan_engine_batches([len(row.ids) for row in rows], self.config,
-                                   self.device_info.device, sort_by_length=sort_by_length)
+        return plan_engine_batches([len(row.ids) for row in rows], self.config, self._runner,
+                                   sort_by_length=sort_by_length)
 
     def _run_batch(self, rows: list[EncodedRow], batch: Batch) -> np.ndarray:
         """Logits of one batch, in the batch's row order."""

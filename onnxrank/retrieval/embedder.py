@@ -141,8 +141,7 @@ class Embedder:
         ]
         token_counts = np.asarray([len(row.ids) for row in rows], dtype=np.int64)
         tokenized = time.perf_counter()
-        batches = plan_engine_batches(token_counts.tolist(), self.config,
-                                      self._runner.info.device)
+        batches = plan_engine_batches(token_counts.tolist(), self.config, self._runner)
         progress = None
         if show_progress:
             progress = require("tqdm.auto", extra="dense").tqdm(

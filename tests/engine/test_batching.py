@@ -127,12 +127,17 @@ def test_empty_and_bad_settings() -> None:
         plan_batches([3], max_batch_tokens=0, max_batch_size=8)
 
 
-def test_cpu_plans_by_padding_and_cuda_by_run_count() -> None:
+def test_cpu_plans_by_its_runtimes_charge_and_cuda_by_run_count() -> None:
     lengths = [64] * 10 + [72] * 10  # input order already sorted; both fit one 8192-token batch
-    cpu = plan_batches(lengths, max_batch_tokens=8192, max_batch_size=64,
-                       batch_overhead_tokens=run_overhead_tokens("cpu", 8192))
-    cuda = plan_batches(lengths, max_batch_tokens=8192, max_batch_size=64,
-                        batch_overhead_tokens=run_overhead_tokens("cuda", 8192))
-    # CPU: no charge per run, so no row is padded; CUDA: one run, 80 padding tokens
-    assert [(len(batch.rows), batch.padded_length) for batch in cpu] == [(10, 64), (10, 72)]
-    assert [(len(batch.rows), batch.padded_length) for batch in cuda] == [(20, 72)]
+
+    def plan(device: str, cpu_charge: int) -> list[tuple[int, int]]:
+        return [(len(batch.rows), batch.padded_length) for batch in plan_batches(
+            lengths, max_batch_tokens=8192, max_batch_size=64,
+            batch_overhead_tokens=run_overhead_tokens(device, 8192, cpu_charge))]
+
+    # no charge (onnxruntime): no row is padded; a run that costs 128 tokens (OpenVINO) is worth
+    # the 80 padding tokens of one run, as is CUDA's whatever the CPU charge
+    assert plan("cpu", 0) == [(10, 64), (10, 72)]
+    assert plan("cpu", 128) == [(20, 72)]
+    assert plan("cpu", 64) == [(10, 64), (10, 72)]
+    assert plan("cuda", 0) == [(20, 72)]

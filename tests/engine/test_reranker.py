@@ -413,6 +413,19 @@ def test_score_detailed_reports_what_ran(fp32: Reranker) -> None:
     assert all(length % fp32.config.pad_to_multiple == 0 for _, length in run.batches)
 
 
+def test_each_runtime_plans_with_its_own_per_run_charge(tiny_model_dir: Path) -> None:
+    # rows of two padded lengths: onnxruntime (no per-run charge) runs each length apart, OpenVINO
+    # (every run costs it cpu_run_overhead_tokens) pads the shorter rows into the longer run
+    pairs = [(QUERY, "wing " * words) for words in [20] * 5 + [28] * 5]
+    onnxruntime = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32")
+    openvino = Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino",
+                                 precision="fp32")
+    apart, together = onnxruntime.score_detailed(pairs), openvino.score_detailed(pairs)
+    assert len(apart.batches) == 2 and sorted(rows for rows, _ in apart.batches) == [5, 5]
+    assert together.batches == [(10, max(length for _, length in apart.batches))]
+    np.testing.assert_allclose(together.scores, apart.scores, atol=1e-4)
+
+
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_inference_only_runs_the_batches_score_runs(tiny_model_dir: Path, backend: str) -> None:
     reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend=backend, precision="fp32",

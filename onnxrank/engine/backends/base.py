@@ -66,10 +66,18 @@ class CompileCache:
 
 
 class ModelRunner(ABC):
-    """One loaded model file; `run` is safe to call from several threads."""
+    """One loaded model file; `run` is safe to call from several threads.
+
+    Attributes:
+        cpu_run_overhead_tokens: What one more run costs this runtime on the CPU, in padded
+            tokens: the batch planner's per-run charge (onnxrank.engine.batching), which decides
+            between padding rows to a longer batch and running them apart. 0: padding always
+            costs more (onnxruntime, measured in round 1, docs/engine.md "Engine defaults").
+    """
 
     info: DeviceInfo
     input_names: tuple[str, ...]
+    cpu_run_overhead_tokens: ClassVar[int] = 0
 
     def check_inputs(self) -> None:
         """Raise ModelLoadError when the graph declares inputs that onnxrank does not feed."""

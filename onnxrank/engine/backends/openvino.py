@@ -71,6 +71,12 @@ def openvino_installed() -> bool:
 class OpenvinoRunner(ModelRunner):
     """A compiled OpenVINO model; each thread gets its own infer request."""
 
+    # OpenVINO prepares each new (rows, length) shape on its first run (4-7 ms each, measured on
+    # avx512_vnni_bf16) and every run has a fixed cost: with no charge a mixed-length query of 50
+    # pairs made 27 runs of about 2 rows. Charging 128 tokens (8 runs) took 0.86x the time on
+    # mixed lengths and 0.94x on short passages (docs/engine.md, "Engine defaults").
+    cpu_run_overhead_tokens = 128
+
     def __init__(self, compiled: Any, info: DeviceInfo) -> None:
         self._compiled = compiled
         self.info = info
