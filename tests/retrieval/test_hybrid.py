@@ -275,6 +275,10 @@ class TimedRunner:
     def info(self) -> object:
         return self._runner.info  # type: ignore[attr-defined]
 
+    @property
+    def cpu_run_overhead_tokens(self) -> int:
+        return int(self._runner.cpu_run_overhead_tokens)  # type: ignore[attr-defined]
+
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         self._clock.now += self.SECONDS_PER_TOKEN * feeds["input_ids"].size
         self.rows_run += feeds["input_ids"].shape[0]

@@ -17,7 +17,7 @@ import numpy as np
 import openai
 import pytest
 from conftest import EMBED_ID, RERANK_ID
-from serve_helpers import RunningServer, running_server
+from serve_helpers import RunningServer, assert_same_searches, running_server, without_timings
 from tokenizers import Tokenizer
 
 from onnxrank.engine.reranker import Reranker
@@ -41,10 +41,6 @@ def token_counts(embedder: Embedder, texts: list[str]) -> list[int]:
     tokenizer.no_padding()
     tokenizer.enable_truncation(embedder.spec.max_length)
     return [len(encoding.ids) for encoding in tokenizer.encode_batch(texts)]
-
-
-def without_timings(payload: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in payload.items() if key != "timings_ms"}
 
 
 # --- OpenAI /v1/embeddings --------------------------------------------------------------------
@@ -259,7 +255,7 @@ def test_concurrent_searches_get_the_single_thread_answers(rag_server: RunningSe
 
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(post, bodies))
-    assert answers == expected * 6
+    assert_same_searches(answers, expected * 6)
     assert answers[5]["fusion"] != answers[6]["fusion"]  # the fusion options reach the retriever
 
 

@@ -12,7 +12,14 @@ from typing import Any
 import httpx
 import pytest
 from conftest import EMBED_ID, RERANK_ID
-from serve_helpers import WAIT_S, GatedEngine, RunningServer, poll, running_server
+from serve_helpers import (
+    WAIT_S,
+    GatedEngine,
+    RunningServer,
+    assert_same_searches,
+    poll,
+    running_server,
+)
 
 from onnxrank.engine.reranker import Reranker
 from onnxrank.retrieval import Embedder, HybridRetriever
@@ -63,16 +70,12 @@ def search_body(query: str, **extra: Any) -> dict[str, Any]:
     return {"query": query, "k": 3, "rerank": True, "rerank_top_n": TOP_N, **extra}
 
 
-def without_timings(payload: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in payload.items() if key != "timings_ms"}
-
-
 def test_concurrent_searches_share_one_engine_run(
     gated: GatedEngine, bow_rerank_engine: Reranker, bow_embed_engine: Embedder,
     retriever: HybridRetriever, pool: ThreadPoolExecutor,
 ) -> None:
-    expected = [without_timings(retriever.search_detailed(
-        query, k=3, rerank=True, rerank_top_n=TOP_N, reranker=bow_rerank_engine).to_dict())
+    expected = [retriever.search_detailed(
+        query, k=3, rerank=True, rerank_top_n=TOP_N, reranker=bow_rerank_engine).to_dict()
         for query in SEARCH_QUERIES]
     with serving(gated, bow_embed_engine, retriever, ServeConfig(port=0)) as server:
         runs_before = server.metric("onnxrank_engine_runs_total", model=RERANK_ID)
@@ -86,7 +89,7 @@ def test_concurrent_searches_share_one_engine_run(
         assert held.result(WAIT_S).status_code == 200
         answers = [future.result(WAIT_S) for future in searches]
         assert [answer.status_code for answer in answers] == [200] * len(searches)
-        assert [without_timings(answer.json()) for answer in answers] == expected
+        assert_same_searches([answer.json() for answer in answers], expected)
         assert all(hit["reranked"] for answer in answers for hit in answer.json()["results"])
         # The held run, then one run for all eight searches.
         assert server.metric("onnxrank_engine_runs_total", model=RERANK_ID) - runs_before == 2
