@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.errors import ModelLoadError
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class EncodedRow:
-    """One model input row: token ids of `[CLS] query [SEP] document-part [SEP]`."""
+    """One model input row: token ids of `[CLS] query [SEP] document-part [SEP]` (or the
+    model's own template)."""
 
     ids: np.ndarray  # int64 [length]
     type_ids: np.ndarray  # int64 [length]
@@ -62,6 +63,66 @@ def load_tokenizer(spec: ModelSpec, model_dir: Path) -> Tokenizer:
     return tokenizer
 
 
+@dataclass(frozen=True, slots=True)
+class PairTemplate:
+    """The tokenizer's pair layout `prefix query middle document suffix` (special tokens and their
+    token types around the two texts), read once from its own post-processor so that each row is
+    spliced from token ids without the tokenizer: `[CLS] q [SEP] d [SEP]` for BERT,
+    `<s> q </s></s> d </s>` for RoBERTa, nothing around the texts for a bare byte-level BPE."""
+
+    prefix: tuple[list[int], list[int]]  # (ids, type ids)
+    middle: tuple[list[int], list[int]]
+    suffix: tuple[list[int], list[int]]
+    query_type_id: int
+    document_type_id: int
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> PairTemplate:
+        """Read the layout by post-processing two probe encodings.
+
+        Raises:
+            ModelLoadError: The post-processor does not keep the two texts' tokens whole and in
+                order (no tokenizers post-processor does that; this guards the splice).
+        """
+        probes = [tokenizer.encode(text, add_special_tokens=False) for text in ("query", "document")]
+        query, document = (probe.ids for probe in probes)
+        merged = tokenizer.post_process(*probes, add_special_tokens=True)
+        plain = [position for position, special in enumerate(merged.special_tokens_mask)
+                 if not special]
+        query_start = plain[0] if plain else 0
+        document_start = plain[len(query)] if len(plain) > len(query) else 0
+        query_end, document_end = query_start + len(query), document_start + len(document)
+        if not (query and document) or plain != [*range(query_start, query_end),
+                                                 *range(document_start, document_end)] \
+                or [merged.ids[position] for position in plain] != query + document:
+            raise ModelLoadError(
+                "the tokenizer's post-processor does not place a pair as `specials query specials "
+                f"document specials` (probe ids {merged.ids}); onnxrank cannot build its rows"
+            )
+
+        def piece(start: int, stop: int) -> tuple[list[int], list[int]]:
+            return merged.ids[start:stop], merged.type_ids[start:stop]
+
+        return cls(prefix=piece(0, query_start), middle=piece(query_end, document_start),
+                   suffix=piece(document_end, len(merged.ids)),
+                   query_type_id=merged.type_ids[query_start],
+                   document_type_id=merged.type_ids[document_start])
+
+    @property
+    def special_tokens(self) -> int:
+        return len(self.prefix[0]) + len(self.middle[0]) + len(self.suffix[0])
+
+    def row(self, query: list[int], document: list[int], index: int,
+            span: tuple[int, int] | None = None) -> EncodedRow:
+        """The row of `query` and `document` ids (both already cut to fit)."""
+        ids = self.prefix[0] + query + self.middle[0] + document + self.suffix[0]
+        type_ids = (self.prefix[1] + [self.query_type_id] * len(query) + self.middle[1]
+                    + [self.document_type_id] * len(document) + self.suffix[1])
+        return EncodedRow(ids=np.asarray(ids, dtype=np.int64),
+                          type_ids=np.asarray(type_ids, dtype=np.int64), pair_index=index,
+                          span=span)
+
+
 class PairEncoder:
     """Turns (query, document) pairs into model rows, truncating the document side first.
 
@@ -73,23 +134,16 @@ class PairEncoder:
         self._tokenizer = tokenizer
         self.max_length = max_length
         self.max_query_tokens = max_length // 2
-        self._special_tokens = tokenizer.num_special_tokens_to_add(is_pair=True)
-        # Whole pairs go through Rust in one call (encode_batch_fast, no offsets): 2,000 Cranfield
-        # pairs took 253 ms this way vs 310 ms splicing per pair in Python (docs/engine.md).
-        # Truncation settings live on the Tokenizer object, so this copy owns them.
-        self._pair_tokenizer = Tokenizer.from_str(tokenizer.to_str())
-        self._pair_tokenizer.enable_truncation(max_length, strategy="only_second")
+        # Each query is tokenized once and each document alone, then rows are spliced from ids:
+        # the tokenizer's pair encoding tokenized the query again with every document (0.85x
+        # the time on short passages, docs/engine.md).
+        self._template = PairTemplate.of(tokenizer)
 
-    def _encode_plain(self, texts: Sequence[str]) -> list[Encoding]:
-        return self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-
-    def _cap_queries(self, queries: Sequence[str]) -> dict[str, Encoding]:
+    def _cap_queries(self, queries: Sequence[str]) -> dict[str, list[int]]:
         unique = list(dict.fromkeys(queries))
-        encodings = self._encode_plain(unique)
-        for encoding in encodings:
-            if len(encoding.ids) > self.max_query_tokens:
-                encoding.truncate(self.max_query_tokens)
-        return dict(zip(unique, encodings))
+        encodings = self._tokenizer.encode_batch_fast(unique, add_special_tokens=False)
+        return {query: encoding.ids[:self.max_query_tokens]
+                for query, encoding in zip(unique, encodings)}
 
     def instruction_for(self, instruction: str | None) -> None:
         """Cross-encoders take no instruction: None, or ValueError for any other value."""
@@ -102,24 +156,22 @@ class PairEncoder:
     def row_budget(self, instruction: str | None = None) -> RowBudget:
         """How a row is shared (the instruction is checked as `instruction_for` does)."""
         self.instruction_for(instruction)
-        return RowBudget(self.max_length, self._special_tokens, self.max_query_tokens)
+        return RowBudget(self.max_length, self._template.special_tokens, self.max_query_tokens)
 
     def encode(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> list[EncodedRow]:
-        """One row per pair; documents are truncated so the row fits `max_length`."""
+        """One row per pair; documents are truncated so the row fits `max_length` (the
+        tokenizer's own `only_second` truncation of the pair, after the query cap)."""
         self.instruction_for(instruction)
-        query_encodings = self._cap_queries([query for query, _ in pairs])
-        capped = {query: _text_of(query, encoding) for query, encoding in query_encodings.items()}
-        encodings = self._pair_tokenizer.encode_batch_fast(
-            [(capped[query], document) for query, document in pairs]
-        )
-        return [
-            EncodedRow(
-                ids=np.asarray(encoding.ids, dtype=np.int64),
-                type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
-                pair_index=index,
-            )
-            for index, encoding in enumerate(encodings)
-        ]
+        queries = self._cap_queries([query for query, _ in pairs])
+        documents = self._tokenizer.encode_batch_fast([document for _, document in pairs],
+                                                      add_special_tokens=False)
+        room = self.max_length - self._template.special_tokens
+        rows = []
+        for index, ((query, _), document) in enumerate(zip(pairs, documents)):
+            query_ids = queries[query]
+            rows.append(self._template.row(query_ids, document.ids[:room - len(query_ids)],
+                                           index))
+        return rows
 
     def encode_windows(
         self, pairs: Sequence[Pair], *, window_tokens: int | None, overlap_tokens: int,
@@ -134,37 +186,25 @@ class PairEncoder:
             instruction: Must be None (cross-encoders take none).
         """
         self.instruction_for(instruction)
-        query_encodings = self._cap_queries([query for query, _ in pairs])
-        document_encodings = self._encode_plain([document for _, document in pairs])
+        queries = self._cap_queries([query for query, _ in pairs])
+        # offsets give each window's character span, so this call is encode_batch, not _fast
+        documents = self._tokenizer.encode_batch([document for _, document in pairs],
+                                                 add_special_tokens=False)
         rows = []
-        for index, ((query, document_text), document) in enumerate(
-            zip(pairs, document_encodings)
-        ):
-            query_encoding = query_encodings[query]
-            room = self.max_length - self._special_tokens - len(query_encoding.ids)
+        for index, ((query, document_text), document) in enumerate(zip(pairs, documents)):
+            query_ids = queries[query]
+            room = self.max_length - self._template.special_tokens - len(query_ids)
             window = room if window_tokens is None else min(window_tokens, room)
             if len(document.ids) <= window:
-                rows.append(self._row(query_encoding, document, index, (0, len(document_text))))
+                rows.append(self._template.row(query_ids, document.ids, index,
+                                               (0, len(document_text))))
                 continue
             document.truncate(window, stride=min(overlap_tokens, window - 1))
             for part in [document, *document.overflowing]:
                 offsets = part.offsets
                 span = (offsets[0][0], offsets[-1][1]) if offsets else (0, 0)
-                rows.append(self._row(query_encoding, part, index, span))
+                rows.append(self._template.row(query_ids, part.ids, index, span))
         return rows
-
-    def _row(
-        self, query: Encoding, document: Encoding, index: int, span: tuple[int, int] | None
-    ) -> EncodedRow:
-        # post_process applies the tokenizer's own template ([CLS] q [SEP] d [SEP] for BERT,
-        # <s> q </s></s> d </s> for RoBERTa), so any model family gets its exact special tokens.
-        merged = self._tokenizer.post_process(query, document, add_special_tokens=True)
-        return EncodedRow(
-            ids=np.asarray(merged.ids, dtype=np.int64),
-            type_ids=np.asarray(merged.type_ids, dtype=np.int64),
-            pair_index=index,
-            span=span,
-        )
 
 
 def make_encoder(tokenizer: Tokenizer, max_length: int,
@@ -183,9 +223,3 @@ def make_encoder(tokenizer: Tokenizer, max_length: int,
     return PromptEncoder(tokenizer, max_length,
                          PromptRecipe.from_dict(prompt, origin="the manifest's prompt recipe"))
 
-
-def _text_of(query: str, encoding: Encoding) -> str:
-    """The query text that `encoding` (possibly truncated) covers."""
-    if not encoding.overflowing:
-        return query
-    return query[: encoding.offsets[-1][1]] if encoding.offsets else ""

@@ -1,4 +1,5 @@
-"""PairEncoder's spliced rows are exactly the tokenizer's own pair encoding."""
+"""PairEncoder's spliced rows are exactly the tokenizer's own pair encoding, for every kind of
+post-processor the `tokenizers` library has."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
+from onnxrank.errors import ModelLoadError
 
 PAIRS = [
     ("what is wing flutter", "Flutter is an aeroelastic instability of lifting surfaces."),
@@ -70,3 +72,63 @@ def test_windows_cover_the_document_with_overlap(encoder: PairEncoder, reference
         window_text = document[row.span[0]:row.span[1]]
         reference_ids = reference.encode(query, window_text).ids
         assert row.ids.tolist() == reference_ids
+
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "<s>", "</s>", "query", "document", "wing",
+         "flutter", "is", "an", "of", "the", "lift", "##s", "##ing", "a", "b", ",", "."]
+VOCAB = {word: index for index, word in enumerate(WORDS)}
+POST_PROCESSORS = {
+    "bert": processors.BertProcessing(("[SEP]", VOCAB["[SEP]"]), ("[CLS]", VOCAB["[CLS]"])),
+    "roberta": processors.RobertaProcessing(("</s>", VOCAB["</s>"]), ("<s>", VOCAB["<s>"])),
+    "template with token types": processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", VOCAB["[CLS]"]), ("[SEP]", VOCAB["[SEP]"])]),
+    "template without a prefix": processors.TemplateProcessing(
+        single="$A [SEP]", pair="$A:0 [SEP]:1 $B:1 </s>:1",
+        special_tokens=[("[SEP]", VOCAB["[SEP]"]), ("</s>", VOCAB["</s>"])]),
+    "byte-level (no special tokens)": processors.ByteLevel(trim_offsets=False),
+    "sequence": processors.Sequence([
+        processors.ByteLevel(trim_offsets=True),
+        processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", VOCAB["<s>"]), ("</s>", VOCAB["</s>"])])]),
+}
+SMALL_PAIRS = [
+    ("the lift of a wing", "flutter is an instability of the wing."),
+    ("wing flutter", ""),
+    ("lifts", "the wing, the wing, the wing. " * 20),  # truncated
+    ("unknown words here", "zzz qqq the lift"),
+]
+
+
+def _tokenizer(post_processor: object) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordPiece(VOCAB, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = post_processor
+    return tokenizer
+
+
+@pytest.mark.parametrize("kind", list(POST_PROCESSORS))
+def test_rows_equal_the_pair_encoding_under_every_post_processor(kind: str) -> None:
+    tokenizer = _tokenizer(POST_PROCESSORS[kind])
+    encoder = PairEncoder(tokenizer, max_length=24)
+    reference = Tokenizer.from_str(tokenizer.to_str())
+    reference.enable_truncation(24, strategy="only_second")
+    rows = encoder.encode(SMALL_PAIRS)
+    assert [row.pair_index for row in rows] == list(range(len(SMALL_PAIRS)))
+    for row, (query, document) in zip(rows, SMALL_PAIRS):
+        expected = reference.encode(query, document)
+        assert (row.ids.tolist(), row.type_ids.tolist()) == (expected.ids, expected.type_ids)
+    assert len(rows[2].ids) == 24  # the long document was cut to fit
+    # a whole-document window row is the same row
+    windows = encoder.encode_windows(SMALL_PAIRS[:1], window_tokens=None, overlap_tokens=0)
+    assert windows[0].ids.tolist() == rows[0].ids.tolist()
+
+
+def test_a_template_that_swaps_the_texts_is_refused_at_load() -> None:
+    swapped = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $B [SEP] $A [SEP]",
+        special_tokens=[("[CLS]", VOCAB["[CLS]"]), ("[SEP]", VOCAB["[SEP]"])])
+    with pytest.raises(ModelLoadError, match="does not place a pair as"):
+        PairEncoder(_tokenizer(swapped), max_length=24)
