@@ -9,6 +9,13 @@ an advantage (6-11% in an A/A test here; warm caches and thread pools are the li
 verified), so the schedule must hand it to nobody. The first contender is the one
 pytest-benchmark times; the others run in pytest-benchmark's untimed ``setup`` hook, timed by us.
 
+Every run starts on a quiet process (`wait_until_quiet`, untimed). Thread pools keep spinning
+after a run returns: onnxruntime's for about 40 ms (35 ms of CPU while the caller slept, after
+the naive and fastembed baselines), torch's OpenMP pool for about 10 ms, OpenVINO's for none
+(AMD EPYC, 2 cores). A contender started meanwhile shares the cores with them: the engine took
+13-16% longer right after an onnxruntime baseline than right after itself, and as long with a
+50 ms pause between them (scratch study, 2026-11-25).
+
 How many items: with a `StoppingRule`, each comparison (a ratio "a/b") stops once its median is
 known to +-5%: the 95% confidence interval of the median of its per-item ratios lies within 5% of
 that median. The interval is the distribution-free one from order statistics (`median_interval`):
@@ -38,6 +45,10 @@ Item = TypeVar("Item")
 # A comparison is settled when the 95% interval of its median is within +-5% of the median.
 DEFAULT_PRECISION = 0.05
 DEFAULT_CONFIDENCE = 0.95
+# wait_until_quiet: the process is quiet when its threads use under a fifth of a core over a step
+QUIET_STEP_S = 0.005
+QUIET_CPU_SHARE = 0.2
+QUIET_MAX_WAIT_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +168,23 @@ def within(stats: dict[str, Any], precision: float) -> bool:
         return False
     median = stats["median"]
     return bool(low >= median * (1.0 - precision) and high <= median * (1.0 + precision))
+
+
+def wait_until_quiet(*, step_s: float = QUIET_STEP_S, cpu_share: float = QUIET_CPU_SHARE,
+                     max_wait_s: float = QUIET_MAX_WAIT_S) -> float:
+    """Sleep until this process's threads use under `cpu_share` of a core over a step of
+    `step_s` (spinning thread pools of the last run gone idle), at most `max_wait_s`.
+
+    Returns:
+        The seconds waited.
+    """
+    started = time.perf_counter()
+    for _ in range(max(1, math.ceil(max_wait_s / step_s))):  # sleeps only overshoot: time-bound
+        step_started, cpu_before = time.perf_counter(), time.process_time()
+        time.sleep(step_s)
+        if time.process_time() - cpu_before <= cpu_share * (time.perf_counter() - step_started):
+            break
+    return time.perf_counter() - started
 
 
 def interleaved_order(contenders: int, items: int) -> list[tuple[int, int]]:
@@ -296,6 +324,7 @@ def measure_interleaved(
     schedule = _Schedule([contender.name for contender in contenders], len(items), ratios,
                          stopping, seconds)
     for contender in contenders:
+        wait_until_quiet()
         contender.run(items[0] if warm_up is None else warm_up)
 
     def run(contender: Contender[Item], item: int) -> None:
@@ -308,6 +337,7 @@ def measure_interleaved(
     def setup() -> tuple[tuple[int], dict[str, Any]]:
         # Runs the others up to the primary's next run, which pytest-benchmark then times.
         for index, item in pending:
+            wait_until_quiet()
             if index == 0:
                 return (item,), {}
             run(contenders[index], item)
@@ -322,6 +352,7 @@ def measure_interleaved(
         # pytest_benchmark_generate_json shows this flag being cleared the same way).
         benchmark.has_error = False
     for index, item in pending:  # the others after the primary's last run
+        wait_until_quiet()
         run(contenders[index], item)
     measured = {name: values[:schedule.measured[name]] for name, values in seconds.items()}
     missed = [name for name, values in measured.items() if any(map(math.isnan, values))]

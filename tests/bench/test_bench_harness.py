@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -45,6 +47,40 @@ def test_contenders_rotate_item_by_item(benchmark, items: int) -> None:
     assert all(len(seconds) == items and not any(np.isnan(seconds))
                for seconds in timings.seconds.values())
     assert benchmark.stats.stats.rounds == items
+
+
+def _spinner(seconds: float) -> threading.Thread:
+    """A thread that keeps a core busy for `seconds`, like a thread pool spinning after a run."""
+    def spin() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_wait_until_quiet_outlasts_a_spinning_thread() -> None:
+    spinner = _spinner(0.1)
+    waited = harness.wait_until_quiet(max_wait_s=5.0)
+    assert not spinner.is_alive() and waited >= 0.05
+    # an idle process is quiet at the first step
+    assert harness.wait_until_quiet(max_wait_s=5.0) < 1.0
+
+
+def test_no_run_starts_while_the_last_one_still_spins(benchmark) -> None:
+    spinners: list[threading.Thread] = []
+    overlapped: list[str] = []
+
+    def run(item: int, name: str) -> None:
+        if any(spinner.is_alive() for spinner in spinners):
+            overlapped.append(f"{name}{item}")
+        spinners.append(_spinner(0.03))  # returns at once, leaving a busy thread behind
+
+    contenders = [Contender(name=name, label=name, run=lambda item, name=name: run(item, name))
+                  for name in ("A", "B")]
+    measure_interleaved(benchmark, contenders, list(range(3)), [50] * 3)
+    assert len(spinners) == 8 and overlapped == []
 
 
 @pytest.mark.parametrize("contenders", [3, 4, 5])
@@ -121,6 +157,12 @@ class _Clock:
 
     def perf_counter(self) -> float:
         return self.now
+
+    def sleep(self, seconds: float) -> None:  # wait_until_quiet: no CPU is ever used here
+        pass
+
+    def process_time(self) -> float:
+        return 0.0
 
 
 def _timed(clock: _Clock, log: list[str], name: str,
