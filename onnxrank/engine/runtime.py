@@ -43,10 +43,12 @@ BACKENDS: dict[str, Backend] = {
     backend.name: backend for backend in (OnnxruntimeBackend(), OpenvinoBackend())
 }
 # The probe times one batch of 16 real pairs cut to 128 tokens (rerank candidates are mostly
-# passages of this size), best of 2 runs after a warm-up: about 0.1-0.3 s per candidate here.
+# passages of this size): each candidate's best of 5 rounds after a warm-up, every round running
+# every candidate once, so a stall of the machine costs each candidate a round instead of costing
+# one candidate all its runs (a choice is cached for good). About 0.1-0.6 s per candidate here.
 PROBE_PAIRS = 16
 PROBE_MAX_TOKENS = 128
-PROBE_RUNS = 2
+PROBE_ROUNDS = 5
 CHOICE_CACHE_FILE = "runtime_choices.json"
 # OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
 COMPILE_CACHE_DIR = "openvino"
@@ -339,18 +341,19 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
             f"fastest of {', '.join(by_label)} when probed on this machine at "
             f"{cached.get('measured_at')} (cached in {cache})"))
     feeds = _probe_feeds(spec, tokenizer)
-    timings: dict[str, float] = {}
     runners: dict[str, ModelRunner] = {}
     for candidate in candidates:
-        runner = opener.open(candidate)
-        runner.run(feeds)  # warm-up: first runs allocate and compile kernels
-        best = float("inf")
-        for _ in range(PROBE_RUNS):
+        runners[candidate.label] = opener.open(candidate)
+        runners[candidate.label].run(feeds)  # warm-up: first runs allocate and compile kernels
+    timings = dict.fromkeys(runners, float("inf"))
+    labels = list(runners)
+    for round_index in range(PROBE_ROUNDS):
+        # each round starts one candidate later, so none always runs right after the same one
+        shift = round_index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
             started = time.perf_counter()
-            runner.run(feeds)
-            best = min(best, time.perf_counter() - started)
-        timings[candidate.label] = best * 1000
-        runners[candidate.label] = runner
+            runners[label].run(feeds)
+            timings[label] = min(timings[label], (time.perf_counter() - started) * 1000)
     choice = min(timings, key=timings.__getitem__)
     measured = ", ".join(f"{label} {ms:.1f} ms" for label, ms in timings.items())
     _write_choice(cache, key, {
@@ -359,7 +362,8 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
     })
     return runners[choice].with_info(reason=(
         f"fastest when probed now ({measured}; {PROBE_PAIRS} validation pairs of at most "
-        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_RUNS}); cached in {cache}"))
+        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_ROUNDS} interleaved rounds); cached in "
+        f"{cache}"))
 
 
 def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]:

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,44 @@ def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path
     elsewhere = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
     assert elsewhere.runner.info.reason.startswith("fastest when probed now")
     assert len(json.loads(cache.read_text())) == 2
+
+
+class _StalledRunner:
+    """A real runner whose runs take `extra` seconds longer, and `stall` more while the machine
+    (the shared `stalls` budget) is stalled."""
+
+    def __init__(self, runner, extra: float, stalls: list[int]) -> None:  # noqa: ANN001
+        self.runner, self.extra, self.stalls, self.runs = runner, extra, stalls, 0
+
+    def run(self, feeds):  # noqa: ANN001, ANN201
+        self.runs += 1
+        stalled = self.runs > 1 and self.stalls[0] > 0  # the warm-up run is never timed
+        if stalled:
+            self.stalls[0] -= 1
+        time.sleep(self.extra + (0.2 if stalled else 0.0))
+        return self.runner.run(feeds)
+
+    def with_info(self, **changes):  # noqa: ANN003, ANN201
+        return self.runner.with_info(**changes)
+
+
+def test_a_stall_of_the_machine_does_not_decide_the_probe(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # onnxruntime/int8 is probed first and is 40 ms faster a run than openvino/fp32, but the
+    # machine stalls through the first two timed runs: timed back to back, those were both of
+    # onnxruntime's, which lost; in rounds, each candidate loses one round and keeps its best
+    tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
+    stalls = [2]
+    real_open = runtime._Opener.open
+    monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: _StalledRunner(
+        real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/int8" else 0.04,
+        stalls))
+    loaded = load_model(tiny_model_dir, task="rerank", config=EngineConfig(device="cpu", threads=1),
+                        choice_cache=tmp_path / "choices.json")
+    assert stalls == [0]
+    assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "int8")
+    assert "best of 5 interleaved rounds" in loaded.runner.info.reason
 
 
 def test_explicit_choices_are_never_silently_replaced(tiny_model_dir: Path) -> None:
