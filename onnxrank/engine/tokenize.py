@@ -120,18 +120,22 @@ class PairTemplate:
         probes = [tokenizer.encode(text, add_special_tokens=False) for text in ("query", "document")]
         query, document = (probe.ids for probe in probes)
         merged = tokenizer.post_process(*probes, add_special_tokens=True)
+        unusable = ModelLoadError(
+            "the tokenizer's post-processor does not place a pair as `specials query specials "
+            f"document specials` (probe ids {merged.ids}); onnxrank cannot build its rows"
+        )
+        # positions of the probe texts' own tokens (every other token is the post-processor's)
         plain = [position for position, special in enumerate(merged.special_tokens_mask)
                  if not special]
-        query_start = plain[0] if plain else 0
-        document_start = plain[len(query)] if len(plain) > len(query) else 0
+        if not query or not document or len(plain) != len(query) + len(document):
+            raise unusable
+        query_start, document_start = plain[0], plain[len(query)]
         query_end, document_end = query_start + len(query), document_start + len(document)
-        if not (query and document) or plain != [*range(query_start, query_end),
-                                                 *range(document_start, document_end)] \
-                or [merged.ids[position] for position in plain] != query + document:
-            raise ModelLoadError(
-                "the tokenizer's post-processor does not place a pair as `specials query specials "
-                f"document specials` (probe ids {merged.ids}); onnxrank cannot build its rows"
-            )
+        each_text_whole = plain == [*range(query_start, query_end),
+                                    *range(document_start, document_end)]
+        in_order = [merged.ids[position] for position in plain] == query + document
+        if not (each_text_whole and in_order):
+            raise unusable
 
         def piece(start: int, stop: int) -> tuple[list[int], list[int]]:
             return merged.ids[start:stop], merged.type_ids[start:stop]
