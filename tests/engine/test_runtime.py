@@ -137,8 +137,8 @@ def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path
 
 
 class _StalledRunner:
-    """A real runner whose runs take `extra` seconds longer, and `stall` more while the machine
-    (the shared `stalls` budget) is stalled."""
+    """A real runner whose runs take `extra` seconds longer, and 0.2 s more while the machine is
+    stalled (the shared `stalls` count of timed runs left to stall)."""
 
     def __init__(self, runner, extra: float, stalls: list[int]) -> None:  # noqa: ANN001
         self.runner, self.extra, self.stalls, self.runs = runner, extra, stalls, 0
