@@ -1,4 +1,4 @@
-"""Request bodies of the three API families into one RerankCall, with errors that name the field.
+"""Request bodies of the three API dialects into one RerankCall, with errors that name the field.
 
 The shapes follow the originals, field for field:
 
@@ -9,8 +9,8 @@ The shapes follow the originals, field for field:
 3. text-embeddings-inference (``POST /rerank``): ``query``, ``texts``, ``raw_scores``,
    ``return_text``, ``truncate``, ``truncation_direction``.
 
-Fields a family does not define are ignored, so whatever else real clients send is tolerated.
-Every family also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
+Fields a dialect does not define are ignored, so whatever else real clients send is tolerated.
+Every dialect also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
 and ``X-On-Deadline``), and ``instruction`` (decoder rerankers: the prompt's task instruction).
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from onnxrank.serve.config import ServeConfig
-from onnxrank.serve.errors import Family, RequestError
+from onnxrank.serve.errors import Dialect, RequestError
 
 OnDeadline = Literal["error", "fallback"]
-RERANK_PATHS: dict[str, Family] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
+RERANK_PATHS: dict[str, Dialect] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
                                    "/rerank": "tei"}
 DEADLINE_HEADER = "x-deadline-ms"
 ON_DEADLINE_HEADER = "x-on-deadline"
@@ -36,10 +36,10 @@ ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
 
 @dataclass(frozen=True, slots=True)
 class RerankCall:
-    """One parsed rerank request, whatever its family.
+    """One parsed rerank request, whatever its dialect.
 
     Attributes:
-        family: Which API shape it came in (and goes back out) in.
+        dialect: Which API shape it came in (and goes back out) in.
         query: The query.
         documents: Texts to score, in request order.
         originals: What the client sent for each document (a string or its object), echoed
@@ -59,7 +59,7 @@ class RerankCall:
             default); a model without a prompt refuses one.
     """
 
-    family: Family
+    dialect: Dialect
     query: str
     documents: list[str]
     originals: list[Any]
@@ -98,9 +98,9 @@ def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
 
 
 def parse_call(
-    family: Family, payload: dict[str, Any], headers: Mapping[str, str], config: ServeConfig
+    dialect: Dialect, payload: dict[str, Any], headers: Mapping[str, str], config: ServeConfig
 ) -> RerankCall:
-    """Check a decoded body of `family` and turn it into a RerankCall.
+    """Check a decoded body of `dialect` and turn it into a RerankCall.
 
     Raises:
         RequestError: 422 naming the field for a missing field, a wrong type or an empty query;
@@ -120,10 +120,10 @@ def parse_call(
         raise RequestError(422, f"field `instruction` must be a non-empty string (omit it for the "
                                 f"model's default), got {instruction!r}", param="instruction")
     deadline_ms, on_deadline = parse_deadline(payload, headers, config)
-    common: dict[str, Any] = {"family": family, "query": query, "model": model,
+    common: dict[str, Any] = {"dialect": dialect, "query": query, "model": model,
                               "deadline_ms": deadline_ms, "on_deadline": on_deadline,
                               "instruction": instruction}
-    if family == "tei":
+    if dialect == "tei":
         documents = _documents(payload, "texts", allow_objects=False, allow_empty=False)
         direction = payload.get("truncation_direction", "right")
         if direction not in ("left", "Left", "right", "Right"):
@@ -141,7 +141,7 @@ def parse_call(
         top_n = optional_field(payload, "top_n", int)
         if top_n is not None and top_n < 1:
             raise RequestError(422, f"field `top_n` must be a positive integer, got {top_n}")
-        if family == "cohere_v1":
+        if dialect == "cohere_v1":
             originals = _documents(payload, "documents", allow_objects=True, allow_empty=True)
             rank_fields = _rank_fields(payload)
             documents = [_document_text(item, index, rank_fields)
@@ -164,7 +164,7 @@ def parse_call(
 
 def check_size(call: RerankCall, config: ServeConfig) -> None:
     """Raise 413 when `call` exceeds the server's document or character limit."""
-    field_name = "texts" if call.family == "tei" else "documents"
+    field_name = "texts" if call.dialect == "tei" else "documents"
     if len(call.documents) > config.max_documents:
         raise RequestError(
             413, f"`{field_name}` has {len(call.documents)} entries, more than this server's "

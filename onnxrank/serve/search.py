@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxrank.engine.devices import usable_cpus
 from onnxrank.retrieval.results import MODES
-from onnxrank.serve.errors import Family, RequestError
+from onnxrank.serve.errors import Dialect, RequestError
 from onnxrank.serve.jobs import read_body
 from onnxrank.serve.parsing import decode_body, optional_field, parse_deadline
 from onnxrank.serve.queued_reranker import QueuedReranker
@@ -155,7 +155,7 @@ def parse_search(payload: Mapping[str, Any], headers: Mapping[str, str],
     return query, options, optional_field(payload, "model", str)
 
 
-async def search(state: ServerState, family: Family, request: Request) -> Response:
+async def search(state: ServerState, dialect: Dialect, request: Request) -> Response:
     """Answer ``POST /v1/search``."""
     from starlette.responses import JSONResponse
 
@@ -166,7 +166,7 @@ async def search(state: ServerState, family: Family, request: Request) -> Respon
     body = await read_body(request, state.config.max_request_bytes)
     query, options, model_id = parse_search(decode_body(body), request.headers, state.config)
     if options["rerank"]:
-        model = state.models.pick(model_id, "rerank", family, request.url.path)
+        model = state.models.pick(model_id, "rerank", dialect, request.url.path)
         options["reranker"] = service.backend(model)
     elif model_id is not None:
         raise RequestError(422, "field `model` names the rerank model and needs \"rerank\": true",
