@@ -29,7 +29,8 @@ from onnxrank.serve.jobs import CLIENT_CLOSED_STATUS, ClientGone, DeadlineMissed
 from onnxrank.serve.metrics import ServerMetrics
 from onnxrank.serve.parsing import RERANK_PATHS, RerankCall, decode_body, parse_call
 from onnxrank.serve.registry import ModelSet, ServedModel
-from onnxrank.serve.search import SEARCH_PATH, SearchService, search
+from onnxrank.serve.search import SEARCH_PATH, search
+from onnxrank.serve.search_service import SearchService
 from onnxrank.serve.state import ServerState
 from onnxrank.serve.tasks import task_for
 
