@@ -25,9 +25,9 @@ from onnxrank.serve.config import ServeConfig
 from onnxrank.serve.documents import needs_tokens, prepare_documents
 from onnxrank.serve.embeddings import EMBEDDING_PATHS, embed
 from onnxrank.serve.errors import Dialect, RequestError, error_response
-from onnxrank.serve.jobs import CLIENT_CLOSED_STATUS, ClientGone, DeadlineMissed, ms, read_body, run_job
+from onnxrank.serve.jobs import CLIENT_CLOSED_STATUS, ClientGone, DeadlineMissed, ms, run_job
 from onnxrank.serve.metrics import ServerMetrics
-from onnxrank.serve.parsing import RERANK_PATHS, RerankCall, decode_body, parse_call
+from onnxrank.serve.parsing import RERANK_PATHS, RerankCall, parse_call, read_payload
 from onnxrank.serve.registry import ModelSet, ServedModel
 from onnxrank.serve.search import SEARCH_PATH, search
 from onnxrank.serve.search_service import SearchService
@@ -253,8 +253,7 @@ def _models(state: ServerState) -> Response:
 async def _rerank(state: ServerState, dialect: Dialect, request: Request) -> Response:
     started = time.perf_counter()
     config = state.config
-    body = await read_body(request, config.max_request_bytes)
-    call = parse_call(dialect, decode_body(body), request.headers, config)
+    call = parse_call(dialect, await read_payload(request, config), request.headers, config)
     model = state.models.pick(call.model, "rerank", dialect, request.url.path)
     if call.instruction is not None and model.reranker.spec.prompt is None:
         raise RequestError(422, f"field `instruction` applies to decoder rerankers (a model "

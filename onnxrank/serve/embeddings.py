@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank.serve.errors import Dialect, RequestError
-from onnxrank.serve.jobs import DeadlineMissed, ms, read_body, run_job
-from onnxrank.serve.parsing import decode_body, json_type, optional_field, parse_deadline
+from onnxrank.serve.jobs import DeadlineMissed, ms, run_job
+from onnxrank.serve.parsing import json_type, optional_field, parse_deadline, read_payload
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -198,8 +198,7 @@ async def embed(state: ServerState, dialect: Dialect, request: Request) -> Respo
     """Answer ``POST /v1/embeddings`` or ``POST /embed``."""
     started = time.perf_counter()
     config = state.config
-    body = await read_body(request, config.max_request_bytes)
-    payload = decode_body(body, status=400 if dialect == "openai" else 422)
+    payload = await read_payload(request, config, status=400 if dialect == "openai" else 422)
     call = parse_embed_call(dialect, payload, request.headers, config)
     model = state.models.pick(call.model, "embedding", dialect, request.url.path)
     _check_dimensions(call, model)

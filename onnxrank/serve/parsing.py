@@ -12,26 +12,39 @@ The shapes follow the originals, field for field:
 Fields a dialect does not define are ignored, so whatever else real clients send is tolerated.
 Every dialect also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
 and ``X-On-Deadline``), and ``instruction`` (decoder rerankers: the prompt's task instruction).
+
+Every endpoint (rerank, embeddings, search) reads its body through read_payload: one JSON object
+in UTF-8, nested at most MAX_NESTING levels. A body that fails any of that is a 4xx naming what
+was wrong, in the endpoint's dialect, never a 500.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank.serve.config import ServeConfig
 from onnxrank.serve.errors import Dialect, RequestError
+from onnxrank.serve.jobs import read_body
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 OnDeadline = Literal["error", "fallback"]
 RERANK_PATHS: dict[str, Dialect] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
-                                   "/rerank": "tei"}
+                                    "/rerank": "tei"}
 DEADLINE_HEADER = "x-deadline-ms"
 ON_DEADLINE_HEADER = "x-on-deadline"
 ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
-
+# The deepest nesting a request body may have: the limit of serde_json's default deserializer,
+# which text-embeddings-inference parses its bodies with. Deeper values would reach Python's
+# recursion limit (1,000 frames) in code that walks them: json.dumps of a document echoed back,
+# a value quoted in an error message, a search filter.
+MAX_NESTING = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,21 +93,58 @@ class RerankCall:
         return len(self.query) * len(self.documents) + sum(map(len, self.documents))
 
 
-def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
-    """The JSON object of a request body.
+async def read_payload(request: Request, config: ServeConfig, *,
+                       status: int = 422) -> dict[str, Any]:
+    """The JSON object of a request's body: every endpoint reads its body here.
 
     Raises:
-        RequestError: `status` (422; OpenAI answers 400) when the body is not JSON or not a
-            JSON object.
+        RequestError: 413 naming --max-request-bytes for a body over the limit; `status` as
+            decode_body.
+        ClientGone: The client left before its body arrived.
     """
+    return decode_body(await read_body(request, config.max_request_bytes), status=status)
+
+
+def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
+    """The JSON object of a request body, nested at most MAX_NESTING levels.
+
+    Raises:
+        RequestError: `status` (422; OpenAI answers 400) when the body is not JSON (invalid
+            UTF-8, NaN or Infinity, a number beyond a double's range, nesting past orjson's
+            1,024 levels), nests deeper than MAX_NESTING, or is not a JSON object.
+    """
+    import orjson
+
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise RequestError(status, f"request body is not valid JSON: {err}") from err
+        # json.loads took a UTF-8 byte order mark; RFC 8259 lets a parser ignore it.
+        payload = orjson.loads(body.removeprefix(codecs.BOM_UTF8))
+    except orjson.JSONDecodeError as err:
+        raise RequestError(status, f"request body is not valid JSON ({err}); send one JSON "
+                                   f"object in UTF-8, without NaN or Infinity, nested at most "
+                                   f"{MAX_NESTING} levels") from err
     if not isinstance(payload, dict):
         raise RequestError(
             status, f"request body must be a JSON object, got a JSON {json_type(payload)}")
+    if _nests_deeper(payload, MAX_NESTING):
+        raise RequestError(status, f"request body nests arrays and objects more than "
+                                   f"{MAX_NESTING} levels deep; no field of this API needs more "
+                                   "than a few")
     return payload
+
+
+def _nests_deeper(payload: dict[str, Any], levels: int) -> bool:
+    """Whether `payload` has containers more than `levels` deep (walked level by level, so that
+    the check itself cannot reach the recursion limit)."""
+    containers: list[Any] = [payload]
+    for _ in range(levels):
+        inner: list[Any] = []
+        for container in containers:
+            values = container.values() if isinstance(container, dict) else container
+            inner.extend(value for value in values if isinstance(value, (dict, list)))
+        if not inner:
+            return False
+        containers = inner
+    return True
 
 
 def parse_call(

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxrank.retrieval.results import MODES
 from onnxrank.serve.errors import Dialect, RequestError
-from onnxrank.serve.jobs import read_body
-from onnxrank.serve.parsing import decode_body, optional_field, parse_deadline
+from onnxrank.serve.parsing import optional_field, parse_deadline, read_payload
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -92,8 +91,8 @@ async def search(state: ServerState, dialect: Dialect, request: Request) -> Resp
     if service is None:
         raise RequestError(404, "this server has no index: start it with --index DIR to serve "
                                 "/v1/search")
-    body = await read_body(request, state.config.max_request_bytes)
-    query, options, model_id = parse_search(decode_body(body), request.headers, state.config)
+    payload = await read_payload(request, state.config)
+    query, options, model_id = parse_search(payload, request.headers, state.config)
     if options["rerank"]:
         model = state.models.pick(model_id, "rerank", dialect, request.url.path)
         options["reranker"] = service.backend(model)
