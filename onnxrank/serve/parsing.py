@@ -14,8 +14,8 @@ Every dialect also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X
 and ``X-On-Deadline``), and ``instruction`` (decoder rerankers: the prompt's task instruction).
 
 Every endpoint (rerank, embeddings, search) reads its body through read_payload: one JSON object
-in UTF-8, nested at most MAX_NESTING levels. A body that fails any of that is a 4xx naming what
-was wrong, in the endpoint's dialect, never a 500.
+in UTF-8, nested at most MAX_NESTING levels, with signed 64-bit integers. A body that fails any of
+that is a 4xx naming what was wrong, in the endpoint's dialect, never a 500.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
 # recursion limit (1,000 frames) in code that walks them: json.dumps of a document echoed back,
 # a value quoted in an error message, a search filter.
 MAX_NESTING = 128
+# orjson reads integers up to 2**64 - 1 (larger ones as floats); SQLite, where search options
+# and filters go, stores signed 64-bit integers.
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,8 @@ def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
     Raises:
         RequestError: `status` (422; OpenAI answers 400) when the body is not JSON (invalid
             UTF-8, NaN or Infinity, a number beyond a double's range, nesting past orjson's
-            1,024 levels), nests deeper than MAX_NESTING, or is not a JSON object.
+            1,024 levels), is not a JSON object, nests deeper than MAX_NESTING or holds an
+            integer beyond INT64_MAX.
     """
     import orjson
 
@@ -125,26 +129,34 @@ def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise RequestError(
             status, f"request body must be a JSON object, got a JSON {json_type(payload)}")
-    if _nests_deeper(payload, MAX_NESTING):
-        raise RequestError(status, f"request body nests arrays and objects more than "
-                                   f"{MAX_NESTING} levels deep; no field of this API needs more "
-                                   "than a few")
+    _check_values(payload, status)
     return payload
 
 
-def _nests_deeper(payload: dict[str, Any], levels: int) -> bool:
-    """Whether `payload` has containers more than `levels` deep (walked level by level, so that
-    the check itself cannot reach the recursion limit)."""
-    containers: list[Any] = [payload]
-    for _ in range(levels):
-        inner: list[Any] = []
-        for container in containers:
-            values = container.values() if isinstance(container, dict) else container
-            inner.extend(value for value in values if isinstance(value, (dict, list)))
-        if not inner:
-            return False
-        containers = inner
-    return True
+def _check_values(payload: dict[str, Any], status: int) -> None:
+    """Raise `status` naming the field that nests deeper than MAX_NESTING or holds an integer
+    beyond INT64_MAX (walked level by level, so that the walk cannot reach the recursion limit).
+    """
+    level: list[tuple[str, Any]] = list(payload.items())
+    depth = 1  # the body's object is the first level
+    while level:
+        inner: list[tuple[str, Any]] = []
+        for name, value in level:
+            if isinstance(value, (dict, list)):
+                if depth == MAX_NESTING:
+                    raise RequestError(
+                        status, f"field `{name}` nests arrays and objects more than "
+                                f"{MAX_NESTING} levels deep (the body counts as one); no field of "
+                                "this API needs more than a few", param=name)
+                items = value.values() if isinstance(value, dict) else value
+                inner.extend((name, item) for item in items)
+            elif type(value) is int and value > INT64_MAX:
+                raise RequestError(
+                    status, f"field `{name}` holds the integer {value}, more than the largest "
+                            f"this server takes ({INT64_MAX}, a signed 64-bit integer)",
+                    param=name)
+        level = inner
+        depth += 1
 
 
 def parse_call(

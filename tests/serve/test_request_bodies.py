@@ -16,7 +16,7 @@ from onnxrank.serve.parsing import MAX_NESTING
 POST_PATHS = sorted(DIALECT_OF_PATH)
 JSON = {"content-type": "application/json"}
 NOT_JSON = "request body is not valid JSON"
-TOO_DEEP = f"nests arrays and objects more than {MAX_NESTING} levels deep"
+TOO_DEEP = f"field `top_n` nests arrays and objects more than {MAX_NESTING} levels deep"
 
 
 def nested_list(levels: int) -> bytes:
@@ -31,8 +31,13 @@ HOSTILE_BODIES = {
     "a field nested 1,000 levels": (b'{"query": "q", "documents": ["a"], "texts": ["a"], '
                                     b'"input": "a", "inputs": "a", "top_n": '
                                     + nested_list(1_000) + b"}", TOO_DEEP),
-    "one level past the limit": (b'{"query": "q", "top_n": ' + nested_list(MAX_NESTING) + b"}",
-                                 TOO_DEEP),
+    "one level past the limit": (b'{"query": "q", "top_n": {"a": ' + nested_list(MAX_NESTING - 1)
+                                 + b"}}", TOO_DEEP),
+    # Read as an int (orjson reads up to 2**64 - 1), which SQLite cannot bind.
+    "an integer beyond 64 bits": (b'{"query": "q", "documents": ["a"], "texts": ["a"], '
+                                  b'"input": "a", "inputs": "a", "top_n": 18446744073709551615}',
+                                  "field `top_n` holds the integer 18446744073709551615, more "
+                                  "than the largest this server takes (9223372036854775807"),
     "an empty body": (b"", NOT_JSON),
     "invalid UTF-8": (b'{"query": "caf\xe9", "documents": ["a"]}', NOT_JSON),
     "UTF-16": ('{"query": "q", "documents": ["a"]}'.encode("utf-16"), NOT_JSON),
@@ -101,6 +106,9 @@ def test_hostile_body_is_a_4xx_in_the_dialect_with_no_traceback(
     response = rag_server.client.post(path, content=body, headers=JSON)
     assert response.status_code == bad_body_status(path), response.text
     assert expected in error_message(path, response.json())
+    if DIALECT_OF_PATH[path] == "openai":  # OpenAI's param names the field at fault
+        param = "top_n" if expected.startswith("field `top_n`") else None
+        assert response.json()["error"]["param"] == param
     assert_no_traceback(server_log)
 
 
@@ -123,7 +131,7 @@ def test_nesting_up_to_the_limit_reaches_the_field_checks(
     assert_no_traceback(server_log)
 
 
-def test_an_integer_beyond_64_bits_is_a_field_error(rag_server: RunningServer) -> None:
+def test_an_integer_beyond_unsigned_64_bits_is_a_field_error(rag_server: RunningServer) -> None:
     # orjson reads it as a float, which no integer field takes.
     body = b'{"query": "q", "documents": ["a"], "top_n": 99999999999999999999999}'
     response = rag_server.client.post("/v1/rerank", content=body, headers=JSON)
