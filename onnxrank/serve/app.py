@@ -24,12 +24,13 @@ from onnxrank.serve.batcher import Batcher, JobResult
 from onnxrank.serve.config import ServeConfig
 from onnxrank.serve.documents import needs_tokens, prepare_documents
 from onnxrank.serve.embeddings import EMBEDDING_PATHS, embed
-from onnxrank.serve.errors import Family, RequestError, error_response
-from onnxrank.serve.jobs import CLIENT_CLOSED_STATUS, ClientGone, DeadlineMissed, ms, read_body, run_job
+from onnxrank.serve.errors import Dialect, RequestError, error_response
+from onnxrank.serve.jobs import CLIENT_CLOSED_STATUS, ClientGone, DeadlineMissed, ms, run_job
 from onnxrank.serve.metrics import ServerMetrics
-from onnxrank.serve.parsing import RERANK_PATHS, RerankCall, decode_body, parse_call
+from onnxrank.serve.parsing import RERANK_PATHS, RerankCall, parse_call, read_payload
 from onnxrank.serve.registry import ModelSet, ServedModel
-from onnxrank.serve.search import SEARCH_PATH, SearchService, search
+from onnxrank.serve.search import SEARCH_PATH, search
+from onnxrank.serve.search_service import SearchService
 from onnxrank.serve.state import ServerState
 from onnxrank.serve.tasks import task_for
 
@@ -53,8 +54,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PUBLIC_PATHS = frozenset({"/health"})
 # The error shape of each POST path; every other path answers its only error, the 401, in
 # Cohere's {"message"} shape, the same for a route and a missing one.
-FAMILY_OF_PATH: dict[str, Family] = {**RERANK_PATHS, **EMBEDDING_PATHS, SEARCH_PATH: "openai"}
-KNOWN_PATHS = frozenset({*FAMILY_OF_PATH, "/health", "/ready", "/metrics", "/v1/models"})
+DIALECT_OF_PATH: dict[str, Dialect] = {**RERANK_PATHS, **EMBEDDING_PATHS, SEARCH_PATH: "openai"}
+KNOWN_PATHS = frozenset({*DIALECT_OF_PATH, "/health", "/ready", "/metrics", "/v1/models"})
 # Cohere bills one search unit per query with up to 100 documents.
 DOCUMENTS_PER_SEARCH_UNIT = 100
 
@@ -118,12 +119,12 @@ def create_app(models: Mapping[str, Reranker | Embedder] | Reranker | Embedder,
             if state.search is not None:
                 await loop.run_in_executor(None, state.search.stop)
 
-    def post_route(path: str, handler: Callable[[ServerState, Family, Request],
+    def post_route(path: str, handler: Callable[[ServerState, Dialect, Request],
                                                 Awaitable[Response]]) -> Route:
-        family = FAMILY_OF_PATH[path]
+        dialect = DIALECT_OF_PATH[path]
 
         async def endpoint(request: Request) -> Response:
-            return await _answered(state, family, request, handler)
+            return await _answered(state, dialect, request, handler)
 
         return Route(path, endpoint, methods=["POST"])
 
@@ -179,7 +180,7 @@ class _Gate:
         if (self._expected is not None and path not in PUBLIC_PATHS
                 and not _authorized(scope, self._expected)):
             # Same answer for a missing and a wrong key, on every path, known or not.
-            response = error_response(FAMILY_OF_PATH.get(path), RequestError(401, "unauthorized"))
+            response = error_response(DIALECT_OF_PATH.get(path), RequestError(401, "unauthorized"))
             response.headers["www-authenticate"] = "Bearer"
             await response(scope, receive, counting_send)
             return
@@ -193,23 +194,23 @@ def _authorized(scope: Scope, expected: bytes) -> bool:
     return False
 
 
-async def _answered(state: ServerState, family: Family, request: Request,
-                    handler: Callable[[ServerState, Family, Request], Awaitable[Response]]
+async def _answered(state: ServerState, dialect: Dialect, request: Request,
+                    handler: Callable[[ServerState, Dialect, Request], Awaitable[Response]]
                     ) -> Response:
-    """Exactly one answer to a POST: the handler's, or its error in the family's shape."""
+    """Exactly one answer to a POST: the handler's, or its error in the dialect's shape."""
     from starlette.responses import Response
 
     started = time.perf_counter()
     try:
         state.check_accepting()
-        response = await handler(state, family, request)
+        response = await handler(state, dialect, request)
     except RequestError as err:
-        response = error_response(family, err)
+        response = error_response(dialect, err)
     except ClientGone:
         response = Response(status_code=CLIENT_CLOSED_STATUS)
-    except Exception as err:  # a bug: still one answer, in the family's shape, and counted
+    except Exception as err:  # a bug: still one answer, in the dialect's shape, and counted
         logger.exception("request to %s failed", request.url.path)
-        response = error_response(family, RequestError(500, f"internal error: {err!r}"))
+        response = error_response(dialect, RequestError(500, f"internal error: {err!r}"))
     response.headers["x-total-time"] = str(ms(time.perf_counter() - started))
     state.metrics.request_seconds.labels(endpoint=request.url.path).observe(
         time.perf_counter() - started)
@@ -249,12 +250,11 @@ def _models(state: ServerState) -> Response:
                          "data": [model.describe(state.created) for model in state.models]})
 
 
-async def _rerank(state: ServerState, family: Family, request: Request) -> Response:
+async def _rerank(state: ServerState, dialect: Dialect, request: Request) -> Response:
     started = time.perf_counter()
     config = state.config
-    body = await read_body(request, config.max_request_bytes)
-    call = parse_call(family, decode_body(body), request.headers, config)
-    model = state.models.pick(call.model, "rerank", family, request.url.path)
+    call = parse_call(dialect, await read_payload(request, config), request.headers, config)
+    model = state.models.pick(call.model, "rerank", dialect, request.url.path)
     if call.instruction is not None and model.reranker.spec.prompt is None:
         raise RequestError(422, f"field `instruction` applies to decoder rerankers (a model "
                                 f"exported with a prompt recipe); model {model.id!r} has no "
@@ -294,7 +294,7 @@ def _ranked_response(
     model: ServedModel, call: RerankCall, result: JobResult | None, started: float,
     *, reranked: bool = True,
 ) -> Response:
-    """The success answer of `call` in its family's shape (retrieval order when not reranked)."""
+    """The success answer of `call` in its dialect's shape (retrieval order when not reranked)."""
     from starlette.responses import JSONResponse
 
     count = len(call.documents)
@@ -317,7 +317,7 @@ def _ranked_response(
         warnings.append(f"the deadline of {call.deadline_ms:g} ms passed: documents are in "
                         "request (retrieval) order, NOT reranked, and their scores are 0")
     body: Any
-    if call.family == "tei":
+    if call.dialect == "tei":
         body = [
             {"index": int(index),
              **({"text": call.documents[index]} if call.return_documents else {}),
@@ -332,7 +332,7 @@ def _ranked_response(
                 original = call.originals[index]
                 item["document"] = original if isinstance(original, dict) else {"text": original}
             results.append({**item, **flag})
-        version = "1" if call.family == "cohere_v1" else "2"
+        version = "1" if call.dialect == "cohere_v1" else "2"
         meta: dict[str, Any] = {
             "api_version": {"version": version},
             "billed_units": {"search_units": math.ceil(count / DOCUMENTS_PER_SEARCH_UNIT)},
@@ -341,7 +341,7 @@ def _ranked_response(
         if warnings:
             meta["warnings"] = warnings
         body = {"id": str(uuid.uuid4()), "results": results, "meta": meta}
-        if call.family == "cohere_v1":  # Jina's fields, in the same answer
+        if call.dialect == "cohere_v1":  # Jina's fields, in the same answer
             body.update({"model": model.id, "usage": {"total_tokens": tokens}})
     response = JSONResponse(body)
     headers = response.headers

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxrank.serve.errors import Family, RequestError
-from onnxrank.serve.jobs import DeadlineMissed, ms, read_body, run_job
-from onnxrank.serve.parsing import decode_body, json_type, optional_field, parse_deadline
+from onnxrank.serve.errors import Dialect, RequestError
+from onnxrank.serve.jobs import DeadlineMissed, ms, run_job
+from onnxrank.serve.parsing import json_type, optional_field, parse_deadline, read_payload
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -42,16 +42,16 @@ if TYPE_CHECKING:
     from onnxrank.serve.registry import ServedModel
     from onnxrank.serve.state import ServerState
 
-EMBEDDING_PATHS: dict[str, Family] = {"/v1/embeddings": "openai", "/embed": "tei"}
+EMBEDDING_PATHS: dict[str, Dialect] = {"/v1/embeddings": "openai", "/embed": "tei"}
 ENCODING_FORMATS = ("float", "base64")
 
 
 @dataclass(frozen=True, slots=True)
 class EmbedCall:
-    """One parsed embedding request, whatever its family.
+    """One parsed embedding request, whatever its dialect.
 
     Attributes:
-        family: The API shape it came in (and goes back out) in.
+        dialect: The API shape it came in (and goes back out) in.
         texts: Texts to embed, in request order.
         model: The ``model`` field as sent (None: the first embedding model).
         encoding_format: "float" or "base64" (OpenAI).
@@ -60,7 +60,7 @@ class EmbedCall:
         deadline_ms: Answer within this many milliseconds of arrival, or 503.
     """
 
-    family: Family
+    dialect: Dialect
     texts: list[str]
     model: str | None = None
     encoding_format: str = "float"
@@ -74,17 +74,17 @@ class EmbedCall:
         return sum(map(len, self.texts))
 
 
-def parse_embed_call(family: Family, payload: dict[str, Any], headers: Mapping[str, str],
+def parse_embed_call(dialect: Dialect, payload: dict[str, Any], headers: Mapping[str, str],
                      config: ServeConfig) -> EmbedCall:
-    """Check a decoded body of `family` and turn it into an EmbedCall.
+    """Check a decoded body of `dialect` and turn it into an EmbedCall.
 
     Raises:
         RequestError: Naming the field: OpenAI answers 400, TEI 422 (400 ``Empty`` for empty
             inputs, as TEI); 413 naming the limit for more texts or characters than the server
             takes.
     """
-    status = 400 if family == "openai" else 422
-    name = "input" if family == "openai" else "inputs"
+    status = 400 if dialect == "openai" else 422
+    name = "input" if dialect == "openai" else "inputs"
     texts = _texts(payload, name, status=status, empty_status=400)
     deadline_ms, on_deadline = parse_deadline(payload, headers, config, status=status)
     if on_deadline != "error":
@@ -95,10 +95,10 @@ def parse_embed_call(family: Family, payload: dict[str, Any], headers: Mapping[s
     if dimensions is not None and dimensions < 1:
         raise RequestError(status, f"field `dimensions` must be a positive integer, got "
                                    f"{dimensions}", param="dimensions")
-    common: dict[str, Any] = {"family": family, "texts": texts, "dimensions": dimensions,
+    common: dict[str, Any] = {"dialect": dialect, "texts": texts, "dimensions": dimensions,
                               "deadline_ms": deadline_ms,
                               "model": optional_field(payload, "model", str, status=status)}
-    if family == "openai":
+    if dialect == "openai":
         encoding = payload.get("encoding_format", "float")
         if encoding not in ENCODING_FORMATS:
             raise RequestError(400, "field `encoding_format` must be \"float\" or \"base64\", got "
@@ -164,7 +164,7 @@ def _check_dimensions(call: EmbedCall, model: ServedModel) -> None:
     dim = int(model.engine.dim)  # type: ignore[union-attr]
     if call.dimensions is not None and call.dimensions != dim:
         raise RequestError(
-            400 if call.family == "openai" else 422,
+            400 if call.dialect == "openai" else 422,
             f"model {model.id!r} does not support field `dimensions` ({call.dimensions}): its "
             f"embeddings have {dim} dimensions and it was not trained to shorten them; omit "
             f"`dimensions` or send {dim}", param="dimensions")
@@ -178,7 +178,7 @@ async def _check_tokens(call: EmbedCall, model: ServedModel, max_tokens: int | N
 
     counts = await run_in_threadpool(model.embedding_task.count_tokens, call.texts,
                                      truncate=call.truncate)
-    name = "input" if call.family == "openai" else "inputs"
+    name = "input" if call.dialect == "openai" else "inputs"
     if not call.truncate:
         for index, count in enumerate(counts):
             if count > model.max_length:
@@ -194,14 +194,13 @@ async def _check_tokens(call: EmbedCall, model: ServedModel, max_tokens: int | N
                  f"server's limit of {max_tokens} (--max-tokens); split the request", param=name)
 
 
-async def embed(state: ServerState, family: Family, request: Request) -> Response:
+async def embed(state: ServerState, dialect: Dialect, request: Request) -> Response:
     """Answer ``POST /v1/embeddings`` or ``POST /embed``."""
     started = time.perf_counter()
     config = state.config
-    body = await read_body(request, config.max_request_bytes)
-    payload = decode_body(body, status=400 if family == "openai" else 422)
-    call = parse_embed_call(family, payload, request.headers, config)
-    model = state.models.pick(call.model, "embedding", family, request.url.path)
+    payload = await read_payload(request, config, status=400 if dialect == "openai" else 422)
+    call = parse_embed_call(dialect, payload, request.headers, config)
+    model = state.models.pick(call.model, "embedding", dialect, request.url.path)
     _check_dimensions(call, model)
     await _check_tokens(call, model, config.max_tokens)
     deadline = None if call.deadline_ms is None else started + call.deadline_ms / 1000.0
@@ -222,7 +221,7 @@ def _embeddings_response(model: ServedModel, call: EmbedCall, result: Any,
     vectors = np.asarray(result.values, dtype=np.float32)
     tokens = int(np.sum(result.token_counts))
     body: Any
-    if call.family == "openai":
+    if call.dialect == "openai":
         if call.encoding_format == "base64":
             little_endian = vectors.astype("<f4", copy=False)
             embeddings: list[Any] = [base64.b64encode(row.tobytes()).decode("ascii")

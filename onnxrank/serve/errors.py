@@ -1,4 +1,4 @@
-"""Errors the server answers, and their body in each API family's own shape.
+"""Errors the server answers, and their body in each API dialect's own shape.
 
 1. Cohere (``/v1/rerank``, ``/v2/rerank``): ``{"message": ...}``.
 2. text-embeddings-inference (``/rerank``, ``/embed``): ``{"error": ..., "error_type": ...}``
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-Family = Literal["cohere_v1", "cohere_v2", "tei", "openai"]
+# The API a request speaks, which shapes its body, its answer and its errors.
+Dialect = Literal["cohere_v1", "cohere_v2", "tei", "openai"]
 
 # text-embeddings-inference's error types (router/src/lib.rs ErrorType, serialized by name) and
 # the status it gives each (router/src/http/server.rs).
@@ -47,12 +48,12 @@ class RequestError(Exception):
         self.code = code
 
 
-def error_response(family: Family | None, error: RequestError) -> Response:
-    """`error` in `family`'s shape (Cohere's for paths of no family)."""
+def error_response(dialect: Dialect | None, error: RequestError) -> Response:
+    """`error` in `dialect`'s shape (Cohere's for paths of no dialect)."""
     from starlette.responses import JSONResponse, Response
 
     status = error.status
-    if family == "tei":
+    if dialect == "tei":
         if status == 401:  # TEI answers a bad key with a bare 401
             response: Response = Response(status_code=401)
         else:
@@ -61,7 +62,7 @@ def error_response(family: Family | None, error: RequestError) -> Response:
             response = JSONResponse(
                 {"error": error.message, "error_type": TEI_ERROR_TYPE.get(status, "Backend")},
                 status_code=status)
-    elif family == "openai":
+    elif dialect == "openai":
         code = error.code or ("invalid_api_key" if status == 401 else None)
         response = JSONResponse({"error": {
             "message": error.message, "type": OPENAI_ERROR_TYPE.get(status, "server_error"),

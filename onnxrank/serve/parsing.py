@@ -1,4 +1,4 @@
-"""Request bodies of the three API families into one RerankCall, with errors that name the field.
+"""Request bodies of the three API dialects into one RerankCall, with errors that name the field.
 
 The shapes follow the originals, field for field:
 
@@ -9,37 +9,53 @@ The shapes follow the originals, field for field:
 3. text-embeddings-inference (``POST /rerank``): ``query``, ``texts``, ``raw_scores``,
    ``return_text``, ``truncate``, ``truncation_direction``.
 
-Fields a family does not define are ignored, so whatever else real clients send is tolerated.
-Every family also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
+Fields a dialect does not define are ignored, so whatever else real clients send is tolerated.
+Every dialect also takes ``deadline_ms`` and ``on_deadline`` (or the headers ``X-Deadline-Ms``
 and ``X-On-Deadline``), and ``instruction`` (decoder rerankers: the prompt's task instruction).
+
+Every endpoint (rerank, embeddings, search) reads its body through read_payload: one JSON object
+in UTF-8, nested at most MAX_NESTING levels, with signed 64-bit integers. A body that fails any of
+that is a 4xx naming what was wrong, in the endpoint's dialect, never a 500.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank.serve.config import ServeConfig
-from onnxrank.serve.errors import Family, RequestError
+from onnxrank.serve.errors import Dialect, RequestError
+from onnxrank.serve.jobs import read_body
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 OnDeadline = Literal["error", "fallback"]
-RERANK_PATHS: dict[str, Family] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
-                                   "/rerank": "tei"}
+RERANK_PATHS: dict[str, Dialect] = {"/v1/rerank": "cohere_v1", "/v2/rerank": "cohere_v2",
+                                    "/rerank": "tei"}
 DEADLINE_HEADER = "x-deadline-ms"
 ON_DEADLINE_HEADER = "x-on-deadline"
 ON_DEADLINE_CHOICES: tuple[OnDeadline, ...] = ("error", "fallback")
-
+# The deepest nesting a request body may have: the limit of serde_json's default deserializer,
+# which text-embeddings-inference parses its bodies with. Deeper values would reach Python's
+# recursion limit (1,000 frames) in code that walks them: json.dumps of a document echoed back,
+# a value quoted in an error message, a search filter.
+MAX_NESTING = 128
+# orjson reads integers up to 2**64 - 1 (larger ones as floats); SQLite, where search options
+# and filters go, stores signed 64-bit integers.
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class RerankCall:
-    """One parsed rerank request, whatever its family.
+    """One parsed rerank request, whatever its dialect.
 
     Attributes:
-        family: Which API shape it came in (and goes back out) in.
+        dialect: Which API shape it came in (and goes back out) in.
         query: The query.
         documents: Texts to score, in request order.
         originals: What the client sent for each document (a string or its object), echoed
@@ -59,7 +75,7 @@ class RerankCall:
             default); a model without a prompt refuses one.
     """
 
-    family: Family
+    dialect: Dialect
     query: str
     documents: list[str]
     originals: list[Any]
@@ -80,27 +96,73 @@ class RerankCall:
         return len(self.query) * len(self.documents) + sum(map(len, self.documents))
 
 
-def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
-    """The JSON object of a request body.
+async def read_payload(request: Request, config: ServeConfig, *,
+                       status: int = 422) -> dict[str, Any]:
+    """The JSON object of a request's body: every endpoint reads its body here.
 
     Raises:
-        RequestError: `status` (422; OpenAI answers 400) when the body is not JSON or not a
-            JSON object.
+        RequestError: 413 naming --max-request-bytes for a body over the limit; `status` as
+            decode_body.
+        ClientGone: The client left before its body arrived.
     """
+    return decode_body(await read_body(request, config.max_request_bytes), status=status)
+
+
+def decode_body(body: bytes, *, status: int = 422) -> dict[str, Any]:
+    """The JSON object of a request body, nested at most MAX_NESTING levels.
+
+    Raises:
+        RequestError: `status` (422; OpenAI answers 400) when the body is not JSON (invalid
+            UTF-8, NaN or Infinity, a number beyond a double's range, nesting past orjson's
+            1,024 levels), is not a JSON object, nests deeper than MAX_NESTING or holds an
+            integer beyond INT64_MAX.
+    """
+    import orjson
+
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise RequestError(status, f"request body is not valid JSON: {err}") from err
+        # json.loads took a UTF-8 byte order mark; RFC 8259 lets a parser ignore it.
+        payload = orjson.loads(body.removeprefix(codecs.BOM_UTF8))
+    except orjson.JSONDecodeError as err:
+        raise RequestError(status, f"request body is not valid JSON ({err}); send one JSON "
+                                   f"object in UTF-8, without NaN or Infinity, nested at most "
+                                   f"{MAX_NESTING} levels") from err
     if not isinstance(payload, dict):
         raise RequestError(
             status, f"request body must be a JSON object, got a JSON {json_type(payload)}")
+    _check_values(payload, status)
     return payload
 
 
+def _check_values(payload: dict[str, Any], status: int) -> None:
+    """Raise `status` naming the field that nests deeper than MAX_NESTING or holds an integer
+    beyond INT64_MAX (walked level by level, so that the walk cannot reach the recursion limit).
+    """
+    level: list[tuple[str, Any]] = list(payload.items())
+    depth = 1  # the body's object is the first level
+    while level:
+        inner: list[tuple[str, Any]] = []
+        for name, value in level:
+            if isinstance(value, (dict, list)):
+                if depth == MAX_NESTING:
+                    raise RequestError(
+                        status, f"field `{name}` nests arrays and objects more than "
+                                f"{MAX_NESTING} levels deep (the body counts as one); no field of "
+                                "this API needs more than a few", param=name)
+                items = value.values() if isinstance(value, dict) else value
+                inner.extend((name, item) for item in items)
+            elif type(value) is int and value > INT64_MAX:
+                raise RequestError(
+                    status, f"field `{name}` holds the integer {value}, more than the largest "
+                            f"this server takes ({INT64_MAX}, a signed 64-bit integer)",
+                    param=name)
+        level = inner
+        depth += 1
+
+
 def parse_call(
-    family: Family, payload: dict[str, Any], headers: Mapping[str, str], config: ServeConfig
+    dialect: Dialect, payload: dict[str, Any], headers: Mapping[str, str], config: ServeConfig
 ) -> RerankCall:
-    """Check a decoded body of `family` and turn it into a RerankCall.
+    """Check a decoded body of `dialect` and turn it into a RerankCall.
 
     Raises:
         RequestError: 422 naming the field for a missing field, a wrong type or an empty query;
@@ -120,10 +182,10 @@ def parse_call(
         raise RequestError(422, f"field `instruction` must be a non-empty string (omit it for the "
                                 f"model's default), got {instruction!r}", param="instruction")
     deadline_ms, on_deadline = parse_deadline(payload, headers, config)
-    common: dict[str, Any] = {"family": family, "query": query, "model": model,
+    common: dict[str, Any] = {"dialect": dialect, "query": query, "model": model,
                               "deadline_ms": deadline_ms, "on_deadline": on_deadline,
                               "instruction": instruction}
-    if family == "tei":
+    if dialect == "tei":
         documents = _documents(payload, "texts", allow_objects=False, allow_empty=False)
         direction = payload.get("truncation_direction", "right")
         if direction not in ("left", "Left", "right", "Right"):
@@ -141,7 +203,7 @@ def parse_call(
         top_n = optional_field(payload, "top_n", int)
         if top_n is not None and top_n < 1:
             raise RequestError(422, f"field `top_n` must be a positive integer, got {top_n}")
-        if family == "cohere_v1":
+        if dialect == "cohere_v1":
             originals = _documents(payload, "documents", allow_objects=True, allow_empty=True)
             rank_fields = _rank_fields(payload)
             documents = [_document_text(item, index, rank_fields)
@@ -164,7 +226,7 @@ def parse_call(
 
 def check_size(call: RerankCall, config: ServeConfig) -> None:
     """Raise 413 when `call` exceeds the server's document or character limit."""
-    field_name = "texts" if call.family == "tei" else "documents"
+    field_name = "texts" if call.dialect == "tei" else "documents"
     if len(call.documents) > config.max_documents:
         raise RequestError(
             413, f"`{field_name}` has {len(call.documents)} entries, more than this server's "

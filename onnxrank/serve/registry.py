@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onnxrank.serve.batcher import Batcher
-from onnxrank.serve.errors import Family, RequestError
+from onnxrank.serve.errors import Dialect, RequestError
 
 if TYPE_CHECKING:
     from onnxrank.engine.reranker import Reranker
@@ -110,7 +110,7 @@ class ModelSet:
         """The first model of `task` (the default of requests that name none), or None."""
         return next((model for model in self.models if model.task == task), None)
 
-    def pick(self, name: str | None, task: str, family: Family, path: str) -> ServedModel:
+    def pick(self, name: str | None, task: str, dialect: Dialect, path: str) -> ServedModel:
         """The model a request to `path` (an endpoint of `task`) asks for in its `model` field.
 
         1. No name: the first model of the task.
@@ -122,7 +122,7 @@ class ModelSet:
         Raises:
             RequestError: Cases 3 and 4, with ``param`` "model".
         """
-        not_found = 422 if family == "tei" else 404
+        not_found = 422 if dialect == "tei" else 404
         if name is None:
             model = self.first(task)
             if model is None:
@@ -140,7 +140,7 @@ class ModelSet:
             hint = (f"use one of: {', '.join(wanted)}" if wanted
                     else "this server serves none")
             raise RequestError(
-                422 if family == "tei" else 400,
+                422 if dialect == "tei" else 400,
                 f"model {name!r} is {TASK_NOUN[model.task]}, but {path} needs {TASK_NOUN[task]}; "
                 f"{hint}", param="model", code="model_task_mismatch")
         return model

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from onnxrank.serve.config import ServeConfig
+from onnxrank.serve.errors import RequestError
 from onnxrank.serve.metrics import ServerMetrics
 from onnxrank.serve.registry import ModelSet
 
 if TYPE_CHECKING:
-    from onnxrank.serve.search import SearchService
+    from onnxrank.serve.search_service import SearchService
 
 
 @dataclass
@@ -36,8 +37,6 @@ class ServerState:
         Raises:
             RequestError: 503 naming why.
         """
-        from onnxrank.serve.errors import RequestError
-
         if self.draining:
             raise RequestError(503, "the server is shutting down; send the request to another "
                                     "replica")

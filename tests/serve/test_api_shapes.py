@@ -1,4 +1,4 @@
-"""The three API families against their real clients: the cohere SDK (/v1, /v2) and plain HTTP
+"""The three API dialects against their real clients: the cohere SDK (/v1, /v2) and plain HTTP
 (TEI's /rerank), checked against the engine's own scores for the same pairs."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The embedding endpoints through the same queue and worker as rerank: merged runs, 429 with
-Retry-After, deadlines and disconnected clients, each answered in its family's shape and counted
+Retry-After, deadlines and disconnected clients, each answered in its dialect's shape and counted
 in the model's metrics. The engine is held with a gate (serve_helpers.GatedEmbedder), so what
 queues behind a run is deterministic; nothing about embedding is replaced."""
 
