@@ -1,5 +1,5 @@
 """Prompt tokenization for decoder rerankers: one model row per (query, document window), built
-from the manifest's recipe (onnxrank.export.recipes).
+from the manifest's recipe (onnxrank.engine.recipe).
 
 A row is ``prefix tokens + user-turn tokens + suffix tokens``, as the Qwen3-Reranker model card
 builds it: the prefix and the suffix are tokenized once, the user turn (instruction, query and
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.tokenize import EncodedRow, RowBudget
-from onnxrank.export.recipes import PromptRecipe
 from onnxrank.types import Pair
 
 

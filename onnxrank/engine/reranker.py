@@ -121,7 +121,7 @@ class Reranker:
                 "so that one full-length row fits in a batch"
             )
         config = replace(config, max_length=max_length)
-        encoder = make_encoder(loaded.tokenizer, max_length, spec.prompt)
+        encoder = make_encoder(loaded.tokenizer, max_length, spec.recipe)
         encoder.instruction_for(config.instruction)  # a cross-encoder refuses one at load
         return cls(spec, model_dir, loaded.runner, encoder, loaded.tokenizer, config)
 

@@ -34,7 +34,6 @@ from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.spec import ModelSpec, Task, load_model_spec, verify_files
 from onnxrank.engine.tokenize import EncodedRow, load_tokenizer, make_encoder
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
-from onnxrank.export.recipes import PromptRecipe
 from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
@@ -372,12 +371,11 @@ def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]
     records = [json.loads(line) for line in text.splitlines()[:PROBE_PAIRS]]
     if spec.task == "rerank":
         length = min(PROBE_MAX_TOKENS, spec.max_length)
-        if spec.prompt is not None:
+        if spec.recipe is not None:
             # a decoder reranker's rows carry its prompt on top of the probed pair text
-            recipe = PromptRecipe.from_dict(spec.prompt, origin="the manifest's prompt recipe")
             length = min(spec.max_length, length + PromptEncoder(
-                tokenizer, spec.max_length, recipe).fixed_tokens())
-        rows = make_encoder(tokenizer, length, spec.prompt).encode(
+                tokenizer, spec.max_length, spec.recipe).fixed_tokens())
+        rows = make_encoder(tokenizer, length, spec.recipe).encode(
             [(record["query"], record["passage"]) for record in records])
     else:
         single = Tokenizer.from_str(tokenizer.to_str())

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.errors import ModelLoadError
 
 MANIFEST_NAME = "manifest.json"
@@ -91,8 +92,8 @@ class ModelSpec:
     # rewrites applied to the graph before every variant was built, e.g.
     # {"cls_only_last_layer": {"applied": True, ...}}
     graph_rewrites: dict[str, Any] = field(default_factory=dict)
-    # decoder rerankers only: the prompt recipe (onnxrank.export.recipes.PromptRecipe.to_manifest);
-    # None for cross-encoders and embedding models
+    # decoder rerankers only: the prompt recipe as written (PromptRecipe.to_manifest); None for
+    # cross-encoders and embedding models. The engine reads it parsed, as `recipe`.
     prompt: dict[str, Any] | None = None
     # the model family that exported it (onnxrank.export.families: name, model_type, known, ...)
     family: dict[str, Any] = field(default_factory=dict)
@@ -101,6 +102,8 @@ class ModelSpec:
     failed_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
+    # `prompt` parsed once, here; not a manifest field of its own (to_dict leaves it out)
+    recipe: PromptRecipe | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.task not in ("rerank", "embedding"):
@@ -121,10 +124,14 @@ class ModelSpec:
         if not self.variants:
             raise ValueError(
                 f"a model needs at least one variant; allowed: {', '.join(VARIANT_NAMES)}")
+        object.__setattr__(self, "recipe", None if self.prompt is None else PromptRecipe.from_dict(
+            self.prompt, origin="the manifest's prompt recipe"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, the exact content of manifest.json."""
-        return asdict(self)
+        data = asdict(self)
+        del data["recipe"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:

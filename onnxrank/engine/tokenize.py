@@ -17,6 +17,7 @@ from onnxrank.types import Pair
 
 if TYPE_CHECKING:
     from onnxrank.engine.prompt import PromptEncoder
+    from onnxrank.engine.recipe import PromptRecipe
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,18 +265,12 @@ class PairEncoder:
 
 
 def make_encoder(tokenizer: Tokenizer, max_length: int,
-                 prompt: dict[str, Any] | None = None) -> PairEncoder | PromptEncoder:
+                 recipe: PromptRecipe | None = None) -> PairEncoder | PromptEncoder:
     """The row encoder a manifest asks for: a decoder reranker's PromptEncoder when it records a
-    prompt recipe (ModelSpec.prompt), else the cross-encoder PairEncoder.
-
-    Raises:
-        ValueError: The prompt entry is not a valid recipe.
-    """
-    if prompt is None:
+    prompt recipe (ModelSpec.recipe), else the cross-encoder PairEncoder."""
+    if recipe is None:
         return PairEncoder(tokenizer, max_length)
     from onnxrank.engine.prompt import PromptEncoder  # it builds on EncodedRow from this module
-    from onnxrank.export.recipes import PromptRecipe
 
-    return PromptEncoder(tokenizer, max_length,
-                         PromptRecipe.from_dict(prompt, origin="the manifest's prompt recipe"))
+    return PromptEncoder(tokenizer, max_length, recipe)
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.engine.tokenize import EncodedRow, make_encoder
 from onnxrank.errors import FidelityError
@@ -292,7 +293,9 @@ def encode_validation(
     groups = [pair.group for pair in pairs]
     parts = [pair.part for pair in pairs]
     if task == "rerank":
-        rows = make_encoder(tokenizer, max_length, prompt).encode(
+        recipe = None if prompt is None else PromptRecipe.from_dict(
+            prompt, origin="the export's prompt recipe")
+        rows = make_encoder(tokenizer, max_length, recipe).encode(
             [(p.query, p.passage) for p in pairs])
         return ValidationInputs(task, rows, groups, parts, [], pad_id)
     texts = list(dict.fromkeys([p.query for p in pairs] + [p.passage for p in pairs]))

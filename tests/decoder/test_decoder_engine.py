@@ -73,12 +73,12 @@ def test_the_runtime_probe_times_rows_with_the_prompt(decoder_model_dir: Path) -
     from onnxrank.engine.runtime import PROBE_MAX_TOKENS, _probe_feeds
     from onnxrank.engine.spec import load_model_spec
     from onnxrank.engine.tokenize import load_tokenizer
-    from onnxrank.export.recipes import PromptRecipe
 
     spec = load_model_spec(decoder_model_dir)
     tokenizer = load_tokenizer(spec, decoder_model_dir)
     feeds = _probe_feeds(spec, tokenizer)
-    recipe = PromptRecipe.from_dict(spec.prompt, origin="the test's manifest")
+    recipe = spec.recipe
+    assert recipe is not None
     prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
     assert (feeds["input_ids"][:, :len(prefix)] == prefix).all()
     # the recipe's fixed tokens come on top of the probed pair text, which keeps its length
