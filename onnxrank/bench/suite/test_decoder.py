@@ -44,7 +44,6 @@ from onnxrank.bench.workloads import (
 )
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.reranker import Reranker
-from onnxrank.engine.tokenize import make_encoder
 
 SCENARIO = "decoder"
 # The model directory name under --models-dir (the export command above writes it).
@@ -154,7 +153,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                 settings=scorer.settings,
                 run=scorer.run))
     ratios = [ratio for ratio in RATIOS if ratio[1] not in skipped]
-    encoder = make_encoder(engine.tokenizer, engine.config.max_length or 0, engine.spec.recipe)
+    encoder = type(engine).row_encoder(engine.tokenizer, engine.max_length, engine.spec.recipe)
     flops = model_flops(model_dir / engine.spec.variants["fp32"].file)
     flops_per_item = [flops.pairs([len(row.ids) for row in encoder.encode(
         [(request.query, document) for document in request.documents])])
