@@ -10,6 +10,7 @@ through onnxrank.engine.runtime.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -36,7 +37,7 @@ Item = TypeVar("Item")
 Model = TypeVar("Model", bound="EngineModel[Any]")
 
 
-class EngineModel(Generic[Item]):
+class EngineModel(ABC, Generic[Item]):
     """A loaded model of one kind; its items (pairs or texts) become rows through its encoder.
 
     Attributes:
@@ -112,20 +113,20 @@ class EngineModel(Generic[Item]):
         return cls.from_dir(resolve_model_dir(name, models_dir), config, **overrides)
 
     @classmethod
+    @abstractmethod
     def _checked(cls: type[Model], loaded: LoadedModel, config: EngineConfig) -> Model:
         """The model built from what was loaded, after the kind's own checks of its settings."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
                     recipe: PromptRecipe | None) -> RowEncoder[Item]:
         """The encoder that turns this kind's items into rows of at most `max_length` tokens."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def probe_items(cls) -> list[Item]:
         """The items the runtime probe times candidates on (from runtime.probe_pairs)."""
-        raise NotImplementedError
 
     @classmethod
     def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer) -> list[EncodedRow]:
