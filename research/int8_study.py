@@ -99,7 +99,7 @@ def study(model_dir: Path, *, threads: int, repeats: int, limit: int | None,
                     "pairs_per_s": opt_speed, **compare(inputs, reference, opt_outputs)})
     calibration_inputs = encode_validation(load_calibration_pairs(), tokenizer, task=spec.task,
                                            max_length=spec.max_length, pad_id=spec.pad_token_id)
-    calibration = [feeds for _, feeds in calibration_inputs.batches()]
+    calibration = calibration_inputs.padded_batches()
     with tempfile.TemporaryDirectory() as scratch:
         for index, (label, settings, fused) in enumerate(RECIPES):
             out = Path(scratch) / f"int8_{index}.onnx"

@@ -260,8 +260,9 @@ def _embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_index(args: argparse.Namespace) -> int:
     """Handler of `onnxrank index`."""
+    from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.runtime import resolve_model_dir
-    from onnxrank.retrieval import Embedder, build_index
+    from onnxrank.retrieval import build_index
 
     embedder = Embedder.from_dir(
         resolve_model_dir(args.embedder, args.models_dir),
@@ -438,8 +439,9 @@ def _eval_fusions(args: argparse.Namespace) -> list[FusionConfig]:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Handler of `onnxrank eval`."""
+    from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.runtime import resolve_model_dir
-    from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+    from onnxrank.retrieval import HybridRetriever, build_index
     from onnxrank.retrieval.eval import evaluate, load_dataset
 
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]

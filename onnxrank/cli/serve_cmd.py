@@ -174,10 +174,10 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         ValueError: Two models with the same id, or a bad --model entry.
     """
     from onnxrank.engine.devices import usable_cpus
+    from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.reranker import Reranker
     from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.engine.spec import load_model_spec
-    from onnxrank.retrieval.embedder import Embedder
 
     located = []
     for entry in model_entries(args):

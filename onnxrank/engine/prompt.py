@@ -1,5 +1,5 @@
 """Prompt tokenization for decoder rerankers: one model row per (query, document window), built
-from the manifest's recipe (onnxrank.export.recipes).
+from the manifest's recipe (onnxrank.engine.recipe).
 
 A row is ``prefix tokens + user-turn tokens + suffix tokens``, as the Qwen3-Reranker model card
 builds it: the prefix and the suffix are tokenized once, the user turn (instruction, query and
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from onnxrank.engine.tokenize import EncodedRow, RowBudget
-from onnxrank.export.recipes import PromptRecipe
+from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.rows import EncodedRow, RowBudget
 from onnxrank.types import Pair
 
 
@@ -35,8 +35,8 @@ class _Parts:
 class PromptEncoder:
     """Turns (query, document) pairs into decoder-reranker prompt rows, cutting only the document.
 
-    Same interface as onnxrank.engine.tokenize.PairEncoder, plus the instruction: None means the
-    recipe's default.
+    A RowEncoder (onnxrank.engine.rows) like onnxrank.engine.tokenize.PairEncoder, plus the
+    instruction: None means the recipe's default.
     """
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, recipe: PromptRecipe) -> None:
@@ -169,7 +169,7 @@ class PromptEncoder:
              span: tuple[int, int] | None) -> EncodedRow:
         ids = np.asarray(self._prefix + parts.head + document + parts.tail + self._suffix,
                          dtype=np.int64)
-        return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), pair_index=index, span=span)
+        return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), item_index=index, span=span)
 
 
 def _split_encoding(encoding: Encoding, span: tuple[int, int]) -> _Parts:

@@ -1,4 +1,5 @@
-"""Ranked results: the activation, top-k selection and the retrieval-order fallback."""
+"""Ranked results: the activation, the one ranking order (best first, ties in input order, top-k)
+and the retrieval-order fallback."""
 
 from __future__ import annotations
 
@@ -61,6 +62,26 @@ def fallback_ranking(documents: Sequence[str], *, top_k: int | None = None) -> l
     return ranked if top_k is None else ranked[:top_k]
 
 
+def rank_order(scores: NDArray[np.floating] | Sequence[float], *,
+               top_k: int | None = None) -> NDArray[np.intp]:
+    """Positions of `scores` best first, equal scores in input order, at most `top_k` of them.
+
+    Every ranking in the package (the engine, the reranker backends, the server's answers) sorts
+    with this. Scores must be finite (the engine refuses NaN before ranking).
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    keep = len(values) if top_k is None else min(top_k, len(values))
+    if keep < len(values):
+        # argpartition is O(n): only the k survivors get sorted.
+        candidates = np.argpartition(-values, keep - 1)[:keep]
+        # ties at the cut must still prefer the earlier input: widen to all equal values
+        candidates = np.flatnonzero(values >= values[candidates].min())
+    else:
+        candidates = np.arange(len(values))
+    # lexsort: primary key -score, secondary key input position (stable tie-break)
+    return candidates[np.lexsort((candidates, -values[candidates]))][:keep]
+
+
 def rank(
     documents: list[str], scores: NDArray[np.float64] | Scores, spans: list[tuple[int, int] | None],
     scored: NDArray[np.bool_], *, top_k: int | None,
@@ -68,17 +89,7 @@ def rank(
     """Sort scored documents best first (ties by input order); unscored ones follow in order."""
     scored_indices = np.flatnonzero(scored)
     values = np.asarray(scores, dtype=np.float64)[scored_indices]
-    keep = len(scored_indices) if top_k is None else min(top_k, len(scored_indices))
-    if keep < len(scored_indices):
-        # argpartition is O(n): only the k survivors get sorted.
-        candidates = np.argpartition(-values, keep - 1)[:keep]
-        # ties at the cut must still prefer the earlier input: widen to all equal values
-        threshold = values[candidates].min()
-        candidates = np.flatnonzero(values >= threshold)
-    else:
-        candidates = np.arange(len(scored_indices))
-    # lexsort: primary key -score, secondary key input index (stable tie-break)
-    order = candidates[np.lexsort((scored_indices[candidates], -values[candidates]))][:keep]
+    order = rank_order(values, top_k=top_k)
     ranked = [
         RankedDocument(index=int(scored_indices[position]), score=float(values[position]),
                        text=documents[scored_indices[position]],

@@ -7,22 +7,26 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
-from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
-from onnxrank.engine.batching import Batch, plan_engine_batches
+from onnxrank.engine.backends.base import ModelRunner
+from onnxrank.engine.batching import Batch
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.execution import run_plan
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
+from onnxrank.engine.model import EngineModel
 from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
-from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, load_model, pad_rows, resolve_model_dir
-from onnxrank.engine.spec import ModelSpec
-from onnxrank.engine.tokenize import EncodedRow, PairEncoder, RowBudget, make_encoder
+from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.rows import EncodedRow, RowBudget, RowEncoder
+from onnxrank.engine.runtime import PROBE_MAX_TOKENS, LoadedModel, pad_rows, probe_pairs
+from onnxrank.engine.spec import ModelKind, ModelSpec
+from onnxrank.engine.tokenize import PairEncoder
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Pair, Scores
 
@@ -53,8 +57,14 @@ class ScoreRun:
     spans: list[Span] = field(default_factory=list)
 
 
-class Reranker:
-    """Scores (query, document) pairs with an exported cross-encoder.
+class Reranker(EngineModel[Pair]):
+    """Scores (query, document) pairs with an exported cross-encoder (or, as DecoderReranker, a
+    decoder reranker: the same engine with prompt rows).
+
+    Load one with ``Reranker.from_dir(path, config=None, **overrides)`` or
+    ``Reranker.from_pretrained(name)`` (onnxrank.engine.model.EngineModel): ModelLoadError for a
+    model that is not a reranker, and ValueError for a max_length above the manifest's, a
+    max_batch_tokens below max_length, or an instruction for a cross-encoder.
 
     Example:
         >>> reranker = Reranker.from_dir("models/minilm-standin", device="cpu")  # doctest: +SKIP
@@ -63,42 +73,19 @@ class Reranker:
         1
     """
 
+    kind = ModelKind.CROSS_ENCODER
+    needs = "a cross-encoder exported with --task rerank"
+    output_noun = "score"
+    item_noun = "pair"
+
     def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                 encoder: PairEncoder | PromptEncoder, tokenizer: Tokenizer,
-                 config: EngineConfig) -> None:
-        self.spec = spec
-        self.model_dir = model_dir
-        self.config = config
-        self._runner = runner
-        self._encoder = encoder
-        self._tokenizer = tokenizer
+                 encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
+        super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
         self._cache = ScoreCache(config.cache_size, self._cache_model_key()) \
             if config.cache_size else None
 
     @classmethod
-    def from_dir(cls, path: str | Path, config: EngineConfig | None = None,
-                 **overrides: Any) -> Reranker:
-        """Load an exported model directory (see onnxrank.engine.spec) and build its runtime.
-
-        Args:
-            path: Directory written by `onnxrank export`.
-            config: Engine settings; None = EngineConfig() defaults.
-            **overrides: EngineConfig fields to change, e.g. ``device="cpu", threads=2``
-                (see onnxrank.engine.config for every option, its default and range).
-
-        Returns:
-            A ready Reranker.
-
-        Raises:
-            ModelLoadError: Missing/unreadable files, manifest hash mismatch, a tokenizer that
-                does not match the model, or an embedding model.
-            DeviceUnavailableError: device="cuda" without a working CUDA provider.
-            ValueError: A setting is out of range, the requested backend or precision cannot
-                run here (the message names what can), or an instruction for a cross-encoder.
-            TypeError: An override is not an EngineConfig field.
-        """
-        config = (config or EngineConfig()).with_overrides(**overrides)
-        loaded = load_model(path, task="rerank", config=config)
+    def _checked(cls, loaded: LoadedModel, config: EngineConfig) -> Reranker:
         spec, model_dir = loaded.spec, loaded.model_dir
         if spec.num_labels != 1:
             raise ModelLoadError(
@@ -121,29 +108,19 @@ class Reranker:
                 "so that one full-length row fits in a batch"
             )
         config = replace(config, max_length=max_length)
-        encoder = make_encoder(loaded.tokenizer, max_length, spec.prompt)
+        encoder = cls.row_encoder(loaded.tokenizer, max_length, spec.recipe)
         encoder.instruction_for(config.instruction)  # a cross-encoder refuses one at load
         return cls(spec, model_dir, loaded.runner, encoder, loaded.tokenizer, config)
 
     @classmethod
-    def from_pretrained(cls, name: str | Path, *, models_dir: str | Path = DEFAULT_MODELS_DIR,
-                        config: EngineConfig | None = None, **overrides: Any) -> Reranker:
-        """Load ``models_dir/name`` (or `name` itself when it is a model directory).
+    def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
+                    recipe: PromptRecipe | None) -> RowEncoder[Pair]:
+        """Pair rows from the tokenizer's own pair template."""
+        return PairEncoder(tokenizer, max_length)
 
-        Raises:
-            ModelLoadError: Neither location holds a model directory; else as from_dir.
-        """
-        return cls.from_dir(resolve_model_dir(name, models_dir), config, **overrides)
-
-    @property
-    def device_info(self) -> DeviceInfo:
-        """The backend, provider, variant file, runtime version and threads actually running."""
-        return self._runner.info
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        """The model's tokenizer (truncation and padding off); do not change its settings."""
-        return self._tokenizer
+    @classmethod
+    def probe_items(cls) -> list[Pair]:
+        return probe_pairs()
 
     def activate(self, logits: NDArray[np.floating]) -> NDArray[np.float64]:
         """The manifest's activation applied to raw logits (what `rerank` reports as score)."""
@@ -308,24 +285,6 @@ class Reranker:
             )
         return self._encoder.encode(pairs, instruction=instruction)
 
-    def _plan(self, rows: list[EncodedRow], *, sort_by_length: bool) -> list[Batch]:
-        return plan_engine_batches([len(row.ids) for row in rows], self.config, self._runner,
-                                   sort_by_length=sort_by_length)
-
-    def _run_batch(self, rows: list[EncodedRow], batch: Batch) -> np.ndarray:
-        """Logits of one batch, in the batch's row order."""
-        size = len(batch.rows)
-        feeds = pad_rows([rows[index] for index in batch.rows], self.spec.pad_token_id,
-                         batch.padded_length)
-        logits = np.asarray(self._runner.run(feeds), dtype=np.float32).reshape(size, -1)[:, 0]
-        if not np.all(np.isfinite(logits)):
-            bad = int(np.flatnonzero(~np.isfinite(logits))[0])
-            raise InferenceError(
-                f"{self.device_info.model_file} produced a non-finite score ({logits[bad]}) for "
-                f"input pair {rows[batch.rows[bad]].pair_index}; the model or its inputs are broken"
-            )
-        return logits
-
     def _score_pairs(self, pairs: Sequence[Pair], instruction: str | None) -> ScoreRun:
         """Scores, spans and stage times for all pairs, using the cache when enabled."""
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
@@ -348,10 +307,11 @@ class Reranker:
         rows = self._encode([pairs[index] for index in todo], instruction)
         run.tokenize_ms = (time.perf_counter() - started) * 1000
         for row in rows:
-            run.token_counts[todo[row.pair_index]] += len(row.ids)
+            run.token_counts[todo[row.item_index]] += len(row.ids)
         started = time.perf_counter()
-        for batch in self._plan(rows, sort_by_length=self.config.sort_by_length):
-            self._merge(rows, batch, self._run_batch(rows, batch), todo, run)
+        for batch, outputs in run_plan(self._plan(rows, sort_by_length=self.config.sort_by_length),
+                                       self._runner.run, finite=self._finite):
+            self._merge(rows, batch, outputs, todo, run)
         run.inference_ms = (time.perf_counter() - started) * 1000
         if self._cache is not None:
             for index in todo:
@@ -368,31 +328,25 @@ class Reranker:
                        spans=[None] * len(pairs))
         rows = self._encode(pairs, instruction)
         rows_done = np.zeros(len(pairs), dtype=np.int64)
-        rows_total = np.bincount([row.pair_index for row in rows], minlength=len(pairs))
-        seconds_per_token = 0.0
+        rows_total = np.bincount([row.item_index for row in rows], minlength=len(pairs))
+        gate = _DeadlineGate(deadline)
         everything = list(range(len(pairs)))
-        for batch in self._plan(rows, sort_by_length=False):
-            now = time.perf_counter()
-            batch_tokens = len(batch.rows) * batch.padded_length
-            # Stop if the deadline passed or the next batch is predicted (from the speed of the
-            # batches so far) to end after it: this keeps the overshoot within one batch.
-            if now >= deadline or now + seconds_per_token * batch_tokens > deadline:
-                break
-            self._merge(rows, batch, self._run_batch(rows, batch), everything, run)
+        for batch, outputs in run_plan(self._plan(rows, sort_by_length=False), self._runner.run,
+                                       finite=self._finite, stop_before=gate.stop_before):
+            gate.ran(batch)
+            self._merge(rows, batch, outputs, everything, run)
             for row_index in batch.rows:
-                rows_done[rows[row_index].pair_index] += 1
-            seconds_per_token = max(seconds_per_token,
-                                    (time.perf_counter() - now) / batch_tokens)
+                rows_done[rows[row_index].item_index] += 1
         return run, rows_done == rows_total
 
     @staticmethod
-    def _merge(rows: list[EncodedRow], batch: Batch, logits: np.ndarray, targets: list[int],
+    def _merge(rows: list[EncodedRow], batch: Batch, outputs: np.ndarray, targets: list[int],
                run: ScoreRun) -> None:
         """Scatter a batch's logits back to pair order, keeping each pair's best window."""
         run.batches.append((len(batch.rows), batch.padded_length))
-        for row_index, logit in zip(batch.rows, logits):
+        for row_index, logit in zip(batch.rows, outputs.reshape(len(batch.rows), -1)[:, 0]):
             row = rows[row_index]
-            target = targets[row.pair_index]
+            target = targets[row.item_index]
             if logit > run.scores[target]:
                 run.scores[target] = logit
                 run.spans[target] = row.span
@@ -413,9 +367,9 @@ def planned_feeds(reranker: Reranker, pairs: Sequence[Pair]) -> list[dict[str, n
         TypeError, ValueError: As for `Reranker.score`.
     """
     rows = reranker._encode(check_pairs(pairs), reranker._instruction(None))
-    return [pad_rows([rows[index] for index in batch.rows], reranker.spec.pad_token_id,
-                     batch.padded_length)
-            for batch in reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)]
+    plan = reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)
+    return [pad_rows([rows[index] for index in batch.rows], plan.pad_token_id, batch.padded_length)
+            for batch in plan.batches]
 
 
 def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], None]:
@@ -436,3 +390,57 @@ def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], No
             run(feed)
 
     return run_batches
+
+
+class DecoderReranker(Reranker):
+    """A decoder reranker (Qwen3-Reranker and its kind): a Reranker whose pairs become prompt rows
+    of the manifest's recipe (onnxrank.engine.prompt); everything else is the Reranker's."""
+
+    kind = ModelKind.DECODER_RERANKER
+    needs = "a decoder reranker exported with --recipe"
+
+    @classmethod
+    def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
+                    recipe: PromptRecipe | None) -> RowEncoder[Pair]:
+        """Prompt rows of `recipe`.
+
+        Raises:
+            ValueError: No recipe (the manifest of a decoder reranker always records one).
+        """
+        if recipe is None:
+            raise ValueError("a decoder reranker's rows need its prompt recipe, got none")
+        return PromptEncoder(tokenizer, max_length, recipe)
+
+    @classmethod
+    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer) -> list[EncodedRow]:
+        """Probe pairs of about PROBE_MAX_TOKENS tokens, with the recipe's prompt on top."""
+        prompt = cls.row_encoder(tokenizer, spec.max_length, spec.recipe).row_budget()
+        length = min(spec.max_length, PROBE_MAX_TOKENS + prompt.fixed_tokens)
+        return cls.row_encoder(tokenizer, length, spec.recipe).encode(cls.probe_items())
+
+
+class _DeadlineGate:
+    """Stops a run before the batch that would end after the deadline.
+
+    A batch is predicted from the slowest speed (seconds per padded token) of the batches so far,
+    which keeps the overshoot within one batch.
+    """
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._seconds_per_token = 0.0
+        self._started = 0.0
+
+    def stop_before(self, batch: Batch) -> bool:
+        now = time.perf_counter()
+        self._started = now
+        return (now >= self._deadline
+                or now + self._seconds_per_token * _tokens(batch) > self._deadline)
+
+    def ran(self, batch: Batch) -> None:
+        self._seconds_per_token = max(self._seconds_per_token,
+                                      (time.perf_counter() - self._started) / _tokens(batch))
+
+
+def _tokens(batch: Batch) -> int:
+    return len(batch.rows) * batch.padded_length

@@ -1,6 +1,6 @@
 """The one runtime layer under every inference path (reranker, embedder, export validation, bench).
 
-`load_model` resolves a model directory once, chooses the backend and variant (probing the
+`load_model` loads a model directory's files once, chooses the backend and variant (probing the
 candidates on first use and caching the choice per machine), verifies the hashes of the files it
 opens, builds the runner and returns it with the tokenizer. `pad_rows` turns encoded rows into
 model inputs, and `open_model_file` opens a bare file (export validation) through the same
@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -30,12 +30,11 @@ from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
-from onnxrank.engine.prompt import PromptEncoder
-from onnxrank.engine.spec import ModelSpec, Task, load_model_spec, verify_files
-from onnxrank.engine.tokenize import EncodedRow, load_tokenizer, make_encoder
+from onnxrank.engine.rows import EncodedRow
+from onnxrank.engine.spec import ModelSpec, verify_files
+from onnxrank.engine.tokenize import load_tokenizer
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
-from onnxrank.export.recipes import PromptRecipe
-from onnxrank.types import Device
+from onnxrank.types import Device, Pair
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +128,17 @@ class Candidate:
         return f"{self.backend}/{self.precision}"
 
 
+# The probe's input: the model's kind encodes these texts into rows (onnxrank.engine.model).
+ProbeRows = Callable[[ModelSpec, Tokenizer], Sequence[EncodedRow]]
+
+
+def probe_pairs() -> list[Pair]:
+    """The probe's text: the first PROBE_PAIRS shipped validation pairs, as (query, passage)."""
+    text = resources.files("onnxrank.data").joinpath("validation_pairs.jsonl").read_text("utf-8")
+    records = [json.loads(line) for line in text.splitlines()[:PROBE_PAIRS]]
+    return [(record["query"], record["passage"]) for record in records]
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
     """A model ready to run: its manifest, directory, runner and tokenizer (truncation off)."""
@@ -139,39 +149,34 @@ class LoadedModel:
     tokenizer: Tokenizer
 
 
-def load_model(path: str | Path, *, task: Task, config: EngineConfig,
-               choice_cache: Path | None = None) -> LoadedModel:
-    """Load an exported model directory for `task` with the engine settings in `config`.
+def load_model(spec: ModelSpec, model_dir: Path, *, config: EngineConfig, probe_rows: ProbeRows,
+               choice_cache: Path | None = None, started: float | None = None) -> LoadedModel:
+    """Load the files of an exported model directory with the engine settings in `config`.
 
     Args:
-        path: Model directory written by `onnxrank export`.
-        task: "rerank" or "embedding": the manifest must say the same.
+        spec: The directory's manifest (load_model_spec).
+        model_dir: Model directory written by `onnxrank export`.
         config: Device, backend, precision and threads are read here.
+        probe_rows: The rows the probe times candidates on, built by the model's kind from
+            `probe_pairs` (called only when there is a choice to probe).
         choice_cache: JSON file of probed choices; None = default_choice_cache().
+        started: perf_counter() when the load began (reported as load_ms); None = now.
 
     Raises:
-        ModelLoadError: Missing, unreadable or modified files, or the wrong task.
+        ModelLoadError: Missing, unreadable or modified files.
         DeviceUnavailableError: CUDA was requested and is unavailable.
         ValueError: The requested backend or precision cannot run here (the message names
             what can).
     """
-    started = time.perf_counter()
-    model_dir = Path(path)
-    spec = load_model_spec(model_dir)
-    if spec.task != task:
-        wanted = "a cross-encoder exported with --task rerank" if task == "rerank" else (
-            "an embedding model exported with --task embedding, such as models/minilm-embedder")
-        raise ModelLoadError(
-            f"{model_dir} holds a {spec.task!r} model, but this needs {wanted}"
-        )
+    started = time.perf_counter() if started is None else started
     device = resolve_device(config.device, ort.get_available_providers())
     try:
-        loaded = _load_on(spec, model_dir, device, config, choice_cache)
+        loaded = _load_on(spec, model_dir, device, config, probe_rows, choice_cache)
     except DeviceUnavailableError as err:
         if device is not Device.CUDA or Device(config.device) is Device.CUDA:
             raise
         logger.warning("%s Falling back to CPU because device='auto'.", err)
-        loaded = _load_on(spec, model_dir, Device.CPU, config, choice_cache)
+        loaded = _load_on(spec, model_dir, Device.CPU, config, probe_rows, choice_cache)
     info = loaded.runner.with_info(load_ms=(time.perf_counter() - started) * 1000).info
     logger.info("running %s with %s/%s on %s (%d threads, loaded in %.0f ms, compile cache %s): %s",
                 spec.name, info.backend, info.precision, info.provider, info.threads, info.load_ms,
@@ -180,7 +185,7 @@ def load_model(path: str | Path, *, task: Task, config: EngineConfig,
 
 
 def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineConfig,
-             choice_cache: Path | None) -> LoadedModel:
+             probe_rows: ProbeRows, choice_cache: Path | None) -> LoadedModel:
     threads = config.threads or usable_cpus()
     candidates = choose_candidates(spec, device, config.backend, config.precision)
     tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
@@ -190,7 +195,8 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
         runner = opener.open(candidates[0]).with_info(
             reason="requested" if requested else "the only validated candidate here")
     else:
-        runner = _choose_by_probe(spec, candidates, opener, tokenizer,
+        runner = _choose_by_probe(spec, candidates, opener,
+                                  lambda: probe_rows(spec, tokenizer),
                                   choice_cache or default_choice_cache())
     return LoadedModel(spec, model_dir, runner, tokenizer)
 
@@ -330,7 +336,7 @@ def _write_choice(path: Path, key: str, entry: dict[str, object]) -> None:
 
 
 def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Opener,
-                     tokenizer: Tokenizer, cache: Path) -> ModelRunner:
+                     rows: Callable[[], Sequence[EncodedRow]], cache: Path) -> ModelRunner:
     """Open the cached choice for this machine, or time every candidate and cache the fastest."""
     fingerprint = machine_fingerprint(opener.threads)
     key = _choice_key(spec, opener.device, candidates, fingerprint)
@@ -340,7 +346,7 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
         return opener.open(by_label[str(cached["choice"])]).with_info(reason=(
             f"fastest of {', '.join(by_label)} when probed on this machine at "
             f"{cached.get('measured_at')} (cached in {cache})"))
-    feeds = _probe_feeds(spec, tokenizer)
+    feeds = pad_rows(rows(), spec.pad_token_id)  # encoded only when there is something to time
     runners: dict[str, ModelRunner] = {}
     for candidate in candidates:
         runners[candidate.label] = opener.open(candidate)
@@ -364,27 +370,6 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
         f"fastest when probed now ({measured}; {PROBE_PAIRS} validation pairs of at most "
         f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_ROUNDS} interleaved rounds); cached in "
         f"{cache}"))
-
-
-def _probe_feeds(spec: ModelSpec, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
-    """One batch of real text: the first shipped validation pairs, encoded for the model's task."""
-    text = resources.files("onnxrank.data").joinpath("validation_pairs.jsonl").read_text("utf-8")
-    records = [json.loads(line) for line in text.splitlines()[:PROBE_PAIRS]]
-    if spec.task == "rerank":
-        length = min(PROBE_MAX_TOKENS, spec.max_length)
-        if spec.prompt is not None:
-            # a decoder reranker's rows carry its prompt on top of the probed pair text
-            recipe = PromptRecipe.from_dict(spec.prompt, origin="the manifest's prompt recipe")
-            length = min(spec.max_length, length + PromptEncoder(
-                tokenizer, spec.max_length, recipe).fixed_tokens())
-        rows = make_encoder(tokenizer, length, spec.prompt).encode(
-            [(record["query"], record["passage"]) for record in records])
-    else:
-        single = Tokenizer.from_str(tokenizer.to_str())
-        single.enable_truncation(min(PROBE_MAX_TOKENS, spec.max_length))
-        rows = [EncodedRow(np.asarray(e.ids, np.int64), np.asarray(e.type_ids, np.int64), i)
-                for i, e in enumerate(single.encode_batch([r["passage"] for r in records]))]
-    return pad_rows(rows, spec.pad_token_id)
 
 
 @dataclass(frozen=True, slots=True)

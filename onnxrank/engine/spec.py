@@ -25,9 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.errors import ModelLoadError
 
 MANIFEST_NAME = "manifest.json"
@@ -35,6 +37,38 @@ MANIFEST_FORMAT = 1
 VARIANT_NAMES = ("fp32", "opt", "int8", "fp16", "ov_int8")
 Task = Literal["rerank", "embedding"]
 Activation = Literal["sigmoid", "softmax", "none"]
+
+
+class ModelKind(Enum):
+    """What an exported model is, decided once from its manifest by `model_kind`; each kind is
+    one engine class (onnxrank.engine.kinds)."""
+
+    CROSS_ENCODER = "a cross-encoder reranker"
+    DECODER_RERANKER = "a decoder reranker"
+    EMBEDDER = "an embedding model"
+
+
+# The one table from manifest facts to a kind: (task, whether a prompt recipe is recorded).
+_KINDS: dict[tuple[str, bool], ModelKind] = {
+    ("rerank", False): ModelKind.CROSS_ENCODER,
+    ("rerank", True): ModelKind.DECODER_RERANKER,
+    ("embedding", False): ModelKind.EMBEDDER,
+}
+
+
+def model_kind(task: str, recipe: PromptRecipe | None) -> ModelKind:
+    """The kind of a model of `task`, with or without a prompt recipe.
+
+    Raises:
+        ValueError: No kind has this task with (or without) a recipe.
+    """
+    try:
+        return _KINDS[(task, recipe is not None)]
+    except KeyError as err:
+        raise ValueError(
+            f"no model kind is a {task!r} model {'with' if recipe else 'without'} a prompt "
+            "recipe; prompt recipes are for decoder rerankers (task 'rerank')"
+        ) from err
 
 
 def sha256_file(path: Path) -> str:
@@ -91,8 +125,8 @@ class ModelSpec:
     # rewrites applied to the graph before every variant was built, e.g.
     # {"cls_only_last_layer": {"applied": True, ...}}
     graph_rewrites: dict[str, Any] = field(default_factory=dict)
-    # decoder rerankers only: the prompt recipe (onnxrank.export.recipes.PromptRecipe.to_manifest);
-    # None for cross-encoders and embedding models
+    # decoder rerankers only: the prompt recipe as written (PromptRecipe.to_manifest); None for
+    # cross-encoders and embedding models. The engine reads it parsed, as `recipe`.
     prompt: dict[str, Any] | None = None
     # the model family that exported it (onnxrank.export.families: name, model_type, known, ...)
     family: dict[str, Any] = field(default_factory=dict)
@@ -101,6 +135,8 @@ class ModelSpec:
     failed_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
+    # `prompt` parsed once, here; not a manifest field of its own (to_dict leaves it out)
+    recipe: PromptRecipe | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.task not in ("rerank", "embedding"):
@@ -121,10 +157,20 @@ class ModelSpec:
         if not self.variants:
             raise ValueError(
                 f"a model needs at least one variant; allowed: {', '.join(VARIANT_NAMES)}")
+        object.__setattr__(self, "recipe", None if self.prompt is None else PromptRecipe.from_dict(
+            self.prompt, origin="the manifest's prompt recipe"))
+        model_kind(self.task, self.recipe)
+
+    @property
+    def kind(self) -> ModelKind:
+        """What this model is (model_kind of its task and recipe)."""
+        return model_kind(self.task, self.recipe)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, the exact content of manifest.json."""
-        return asdict(self)
+        data = asdict(self)
+        del data["recipe"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:

@@ -6,39 +6,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from onnxrank.engine.rows import EncodedRow, RowBudget, refuse_instruction
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.errors import ModelLoadError
 from onnxrank.types import Pair
-
-if TYPE_CHECKING:
-    from onnxrank.engine.prompt import PromptEncoder
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedRow:
-    """One model input row: token ids of `[CLS] query [SEP] document-part [SEP]` (or the
-    model's own template)."""
-
-    ids: np.ndarray  # int64 [length]
-    type_ids: np.ndarray  # int64 [length]
-    pair_index: int  # which input pair this row scores
-    span: tuple[int, int] | None = None  # character span of the document part (window mode)
-
-
-@dataclass(frozen=True, slots=True)
-class RowBudget:
-    """How an encoder shares a row of `max_length` tokens: `fixed_tokens` that are neither query
-    nor document (special tokens; a decoder's prompt and instruction), at most `max_query_tokens`
-    of the query, and the rest for the document (cut to fit)."""
-
-    max_length: int
-    fixed_tokens: int
-    max_query_tokens: int
 
 
 def load_tokenizer(spec: ModelSpec, model_dir: Path) -> Tokenizer:
@@ -156,7 +132,7 @@ class PairTemplate:
         type_ids = (self.prefix[1] + [self.query_type_id] * len(query) + self.middle[1]
                     + [self.document_type_id] * len(document) + self.suffix[1])
         return EncodedRow(ids=np.asarray(ids, dtype=np.int64),
-                          type_ids=np.asarray(type_ids, dtype=np.int64), pair_index=index,
+                          type_ids=np.asarray(type_ids, dtype=np.int64), item_index=index,
                           span=span)
 
 
@@ -205,11 +181,7 @@ class PairEncoder:
 
     def instruction_for(self, instruction: str | None) -> None:
         """Cross-encoders take no instruction: None, or ValueError for any other value."""
-        if instruction is not None:
-            raise ValueError(
-                f"instruction={instruction!r:.60} applies only to decoder rerankers (models "
-                "exported with --recipe); this model is a cross-encoder: leave instruction unset"
-            )
+        refuse_instruction(instruction, "a cross-encoder")
 
     def row_budget(self, instruction: str | None = None) -> RowBudget:
         """How a row is shared (the instruction is checked as `instruction_for` does)."""
@@ -261,21 +233,3 @@ class PairEncoder:
                 span = (offsets[0][0], offsets[-1][1]) if offsets else (0, 0)
                 rows.append(self._template.row(query_ids, part.ids, index, span))
         return rows
-
-
-def make_encoder(tokenizer: Tokenizer, max_length: int,
-                 prompt: dict[str, Any] | None = None) -> PairEncoder | PromptEncoder:
-    """The row encoder a manifest asks for: a decoder reranker's PromptEncoder when it records a
-    prompt recipe (ModelSpec.prompt), else the cross-encoder PairEncoder.
-
-    Raises:
-        ValueError: The prompt entry is not a valid recipe.
-    """
-    if prompt is None:
-        return PairEncoder(tokenizer, max_length)
-    from onnxrank.engine.prompt import PromptEncoder  # it builds on EncodedRow from this module
-    from onnxrank.export.recipes import PromptRecipe
-
-    return PromptEncoder(tokenizer, max_length,
-                         PromptRecipe.from_dict(prompt, origin="the manifest's prompt recipe"))
-

@@ -551,7 +551,7 @@ def _export_into(
         int8_recipes = family.int8_recipes(distinct_recipes(request.int8, layers=layers))
         if any(r.method == "dynamic" for r in int8_recipes) and family.ort_model_type is not None:
             build_opt()  # the dynamic recipes quantize the fused graph when there is one
-        calibration_batches = [only_graph_inputs(feeds) for _, feeds in calibration.batches()]
+        calibration_batches = [only_graph_inputs(feeds) for feeds in calibration.padded_batches()]
         attempts = []
         for index, recipe in enumerate(int8_recipes):
             progress.step(f"int8 recipe {index + 1} of {len(int8_recipes)}")

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onnxrank._optional import require
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.errors import ExportError
 from onnxrank.export.families import Family, family_for
-from onnxrank.export.recipes import PromptRecipe, answer_token_ids, resolve_recipe
+from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
 logger = logging.getLogger(__name__)

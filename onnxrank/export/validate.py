@@ -1,8 +1,9 @@
 """Fidelity of every exported variant against the PyTorch reference on the shipped validation pairs.
 
-The ONNX side is tokenized exactly like the engine (onnxrank.engine.tokenize.PairEncoder on the
-exported tokenizer.json), padded by the engine's own `pad_rows` and run through the engine's
-runtime layer (`open_model_file`), so what is validated is what runs. The PyTorch reference is fed
+The ONNX side is tokenized exactly like the engine (the row encoder of the model's kind,
+onnxrank.engine.kinds, on the exported tokenizer.json), run by the engine's execution loop
+(onnxrank.engine.execution) through its runtime layer (`open_model_file`), so what is validated
+is what runs. The PyTorch reference is fed
 the *same* token ids, so a difference is the model's and never the tokenizer's.
 
 The validation pairs have two parts (whole query groups, HELD_OUT_GROUPS): every choice an export
@@ -24,8 +25,12 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from onnxrank.engine.batching import Batch, plan_batches
+from onnxrank.engine.execution import RowPlan, run_in_order
+from onnxrank.engine.kinds import row_encoder
+from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
-from onnxrank.engine.tokenize import EncodedRow, make_encoder
 from onnxrank.errors import FidelityError
 from onnxrank.options import field_flag
 
@@ -222,33 +227,35 @@ def score_metrics(reference: np.ndarray, scores: np.ndarray, groups: Sequence[st
     }
 
 
-def length_batches(
-    rows: Sequence[EncodedRow], pad_id: int, batch_size: int = BATCH_SIZE
-) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """Rows sorted by length and cut into padded batches: (row indices, feeds) per batch."""
+def length_batches(rows: Sequence[EncodedRow], pad_id: int,
+                   batch_size: int = BATCH_SIZE) -> RowPlan:
+    """Rows sorted by length (stable) and cut into consecutive batches of `batch_size`, each
+    padded to its longest row: the batches every variant's numbers were measured on."""
     order = np.argsort([len(row.ids) for row in rows], kind="stable")
-    return [
-        (order[start:start + batch_size],
-         pad_rows([rows[i] for i in order[start:start + batch_size]], pad_id))
-        for start in range(0, len(order), batch_size)
-    ]
+    in_order = _consecutive([rows[index] for index in order], pad_id, batch_size)
+    return RowPlan(rows, [Batch(rows=order[batch.rows], padded_length=batch.padded_length)
+                          for batch in in_order.batches], pad_id)
 
 
-def run_batches(
-    batches: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]],
-    run: Callable[[dict[str, np.ndarray]], np.ndarray],
-    total: int,
-) -> np.ndarray:
-    """Run every batch and scatter the outputs back to row order."""
-    outputs: np.ndarray | None = None
-    for indices, feeds in batches:
-        result = np.asarray(run(feeds), dtype=np.float32)
-        if outputs is None:
-            outputs = np.zeros((total, *result.shape[1:]), dtype=np.float32)
-        outputs[indices] = result
-    if outputs is None:
-        raise ValueError("no validation rows to run")
-    return outputs
+def _consecutive(rows: Sequence[EncodedRow], pad_id: int, batch_size: int) -> RowPlan:
+    """Rows in input order, cut into consecutive batches of `batch_size` (no token budget)."""
+    lengths = [len(row.ids) for row in rows]
+    batches = plan_batches(lengths, max_batch_tokens=max(lengths, default=1) * batch_size,
+                           max_batch_size=batch_size, sort_by_length=False)
+    return RowPlan(rows, batches, pad_id)
+
+
+def run_batches(batches: RowPlan, run: Callable[[dict[str, np.ndarray]], np.ndarray],
+                total: int) -> np.ndarray:
+    """Every row's outputs in row order, float32 [total, ...], through the engine's execution
+    loop; non-finite outputs come back as they are, for the metrics to judge.
+
+    Raises:
+        ValueError: `total` is not the plan's row count, or there are no rows.
+    """
+    if total != len(batches.rows):
+        raise ValueError(f"total must be the plan's {len(batches.rows)} rows, got {total}")
+    return run_in_order(batches, run, finite=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,9 +278,15 @@ class ValidationInputs:
     pair_rows: list[tuple[int, int]]
     pad_id: int
 
-    def batches(self, batch_size: int = BATCH_SIZE) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        """Length-sorted padded batches of all rows."""
+    def batches(self, batch_size: int = BATCH_SIZE) -> RowPlan:
+        """Length-sorted batches of all rows (length_batches)."""
         return length_batches(self.rows, self.pad_id, batch_size)
+
+    def padded_batches(self, batch_size: int = BATCH_SIZE) -> list[dict[str, np.ndarray]]:
+        """The length-sorted batches as padded inputs (calibration data)."""
+        plan = self.batches(batch_size)
+        return [pad_rows([self.rows[index] for index in batch.rows], self.pad_id,
+                         batch.padded_length) for batch in plan.batches]
 
     def single_rows(self) -> list[dict[str, np.ndarray]]:
         """Every row as its own unpadded batch of one (calibration items)."""
@@ -289,19 +302,17 @@ def encode_validation(
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     tokenizer.no_padding()
     tokenizer.no_truncation()
+    recipe = None if prompt is None else PromptRecipe.from_dict(
+        prompt, origin="the export's prompt recipe")
+    encoder = row_encoder(task, recipe, tokenizer, max_length)
     groups = [pair.group for pair in pairs]
     parts = [pair.part for pair in pairs]
     if task == "rerank":
-        rows = make_encoder(tokenizer, max_length, prompt).encode(
-            [(p.query, p.passage) for p in pairs])
+        rows = encoder.encode([(p.query, p.passage) for p in pairs])
         return ValidationInputs(task, rows, groups, parts, [], pad_id)
     texts = list(dict.fromkeys([p.query for p in pairs] + [p.passage for p in pairs]))
     position = {text: index for index, text in enumerate(texts)}
-    tokenizer.enable_truncation(max_length)
-    rows = [
-        EncodedRow(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), i)
-        for i, e in enumerate(tokenizer.encode_batch(texts))
-    ]
+    rows = encoder.encode(texts)
     pair_rows = [(position[p.query], position[p.passage]) for p in pairs]
     return ValidationInputs(task, rows, groups, parts, pair_rows, pad_id)
 
@@ -353,14 +364,9 @@ def batch_dependence(run: Callable[[dict[str, np.ndarray]], np.ndarray],
     Dynamic int8 computes activation scales per batch, so a row's score depends on its batch
     mates; static int8 (ov_int8) uses fixed scales, so only float rounding should remain.
     """
-    alone = run_batches(
-        [(np.array([i]), pad_rows([row], inputs.pad_id)) for i, row in enumerate(inputs.rows)],
-        run, len(inputs.rows))
-    together = run_batches(
-        [(np.arange(start, min(start + BATCH_EFFECT_SIZE, len(inputs.rows))),
-          pad_rows(inputs.rows[start:start + BATCH_EFFECT_SIZE], inputs.pad_id))
-         for start in range(0, len(inputs.rows), BATCH_EFFECT_SIZE)],
-        run, len(inputs.rows))
+    alone = run_in_order(_consecutive(inputs.rows, inputs.pad_id, 1), run, finite=None)
+    together = run_in_order(_consecutive(inputs.rows, inputs.pad_id, BATCH_EFFECT_SIZE), run,
+                            finite=None)
     return {"batch_1_vs_64_max_abs_diff": float(np.abs(alone - together).max())}
 
 

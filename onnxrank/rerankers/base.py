@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from onnxrank.engine.ranking import RankedDocument
+from onnxrank.engine.ranking import RankedDocument, rank_order
 from onnxrank.errors import RerankError
 
 logger = logging.getLogger(__name__)
@@ -115,7 +115,9 @@ def ranked_by_score(
     documents: Sequence[str], scores: dict[int, float], *, top_k: int | None, backend: str
 ) -> list[RankedDocument]:
     """Scored documents best first (ties keep input order), then unscored ones in input order."""
-    order = sorted(scores, key=lambda index: (-scores[index], index))
+    indices = sorted(scores)
+    order = [indices[position] for position in
+             rank_order([scores[index] for index in indices], top_k=top_k)]
     ranked: list[RankedDocument] = [
         BackendRankedDocument(index=index, score=float(scores[index]), text=documents[index], backend=backend)
         for index in order

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from onnxrank.retrieval.compression import CompressedDocument, Segment, compress
-from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.filters import Filters
 from onnxrank.retrieval.fusion import FusionConfig
 from onnxrank.retrieval.hybrid import HybridRetriever
@@ -12,7 +11,6 @@ from onnxrank.retrieval.results import Hit, LoadTimings, SearchResult, StageTimi
 
 __all__ = [
     "CompressedDocument",
-    "Embedder",
     "Filters",
     "FusionConfig",
     "Hit",

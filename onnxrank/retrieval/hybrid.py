@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, resolve_model_dir
 from onnxrank.errors import MissingDependencyError, ModelLoadError, RetrievalError
 from onnxrank.rerankers.base import RerankBackend
 from onnxrank.rerankers.local import LocalReranker
 from onnxrank.rerankers.registry import as_backend
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
-from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.filters import Filters, compile_filters
 from onnxrank.retrieval.fusion import (
     DEFAULT_FUSION,

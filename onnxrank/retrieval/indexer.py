@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.errors import IndexMismatchError
 from onnxrank.retrieval.chunking import Chunk, SourceDocument, chunk_document, read_source
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
-from onnxrank.retrieval.embedder import Embedder
 from onnxrank.retrieval.manifest import (
     EmbedderRecord,
     IndexManifest,

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.engine.ranking import rank_order
+from onnxrank.engine.reranker import DecoderReranker
 from onnxrank.serve.batcher import Batcher, JobResult
 from onnxrank.serve.config import ServeConfig
 from onnxrank.serve.documents import needs_tokens, prepare_documents
@@ -39,8 +41,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.reranker import Reranker
-    from onnxrank.retrieval.embedder import Embedder
     from onnxrank.retrieval.hybrid import HybridRetriever
 
 logger = logging.getLogger(__name__)
@@ -58,8 +60,6 @@ DIALECT_OF_PATH: dict[str, Dialect] = {**RERANK_PATHS, **EMBEDDING_PATHS, SEARCH
 KNOWN_PATHS = frozenset({*DIALECT_OF_PATH, "/health", "/ready", "/metrics", "/v1/models"})
 # Cohere bills one search unit per query with up to 100 documents.
 DOCUMENTS_PER_SEARCH_UNIT = 100
-
-Engine = Any  # a Reranker or an Embedder (any engine whose manifest names its task)
 
 
 def create_app(models: Mapping[str, Reranker | Embedder] | Reranker | Embedder,
@@ -90,8 +90,8 @@ def create_app(models: Mapping[str, Reranker | Embedder] | Reranker | Embedder,
     from starlette.routing import Route
 
     config = config or ServeConfig()
-    engines: Mapping[str, Engine] = (models if isinstance(models, Mapping)
-                                     else {models.spec.name: models})
+    engines: Mapping[str, Reranker | Embedder] = (models if isinstance(models, Mapping)
+                                                   else {models.spec.name: models})
     metrics = ServerMetrics(tuple(engines))
     served = ModelSet([
         ServedModel(id=name, engine=engine, batcher=Batcher(
@@ -255,7 +255,7 @@ async def _rerank(state: ServerState, dialect: Dialect, request: Request) -> Res
     config = state.config
     call = parse_call(dialect, await read_payload(request, config), request.headers, config)
     model = state.models.pick(call.model, "rerank", dialect, request.url.path)
-    if call.instruction is not None and model.reranker.spec.prompt is None:
+    if call.instruction is not None and not isinstance(model.reranker, DecoderReranker):
         raise RequestError(422, f"field `instruction` applies to decoder rerankers (a model "
                                 f"exported with a prompt recipe); model {model.id!r} has no "
                                 "prompt: omit `instruction`", param="instruction")
@@ -302,8 +302,7 @@ def _ranked_response(
         logits = np.asarray(result.values, dtype=np.float32)
         values = (logits.astype(np.float64) if call.raw_scores
                   else np.asarray(model.reranker.activate(logits), dtype=np.float64))
-        # Best first; equal scores keep request order.
-        order = np.lexsort((np.arange(count), -values))
+        order = rank_order(values)  # best first; equal scores keep request order
         tokens = int(np.sum(result.token_counts))
     else:
         values = np.zeros(count, dtype=np.float64)

@@ -57,7 +57,7 @@ class BatchTask(Protocol):
 
     @property
     def name(self) -> str:
-        """The task ("rerank", "embedding"), as the manifest names it."""
+        """The task ("rerank", "embedding"), chosen by the engine's kind (serve.tasks.task_for)."""
         ...
 
     @property

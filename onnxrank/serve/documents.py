@@ -38,10 +38,9 @@ def prepare_documents(call: RerankCall, reranker: Reranker, *,
         RequestError: Cases 2 and 4.
     """
     tokenizer = reranker.tokenizer
-    budget = reranker.row_budget(call.instruction)
-    max_length, special = budget.max_length, budget.fixed_tokens
-    query_tokens = min(len(tokenizer.encode(call.query, add_special_tokens=False).ids),
-                       budget.max_query_tokens)
+    budget = reranker.row_budget(call.instruction)  # the engine's own row arithmetic
+    max_length = budget.max_length
+    query_tokens = len(tokenizer.encode(call.query, add_special_tokens=False).ids)
     documents = list(call.documents)
     encodings = tokenizer.encode_batch(documents, add_special_tokens=False)
     if call.max_tokens_per_doc is not None:
@@ -50,7 +49,7 @@ def prepare_documents(call: RerankCall, reranker: Reranker, *,
             if len(encoding.ids) > limit:
                 documents[index] = documents[index][: encoding.offsets[limit - 1][1]]
                 encodings[index] = tokenizer.encode(documents[index], add_special_tokens=False)
-    lengths = [query_tokens + len(encoding.ids) + special for encoding in encodings]
+    lengths = [budget.row_tokens(query_tokens, len(encoding.ids)) for encoding in encodings]
     if not call.truncate:
         for index, length in enumerate(lengths):
             if length > max_length:
@@ -59,7 +58,7 @@ def prepare_documents(call: RerankCall, reranker: Reranker, *,
                          f"tokens. Given: {length} (texts[{index}] with the query); send "
                          "\"truncate\": true to cut it")
     if call.truncate_left:
-        room = max_length - special - query_tokens
+        room = budget.document_room(query_tokens)
         for index, encoding in enumerate(encodings):
             if len(encoding.ids) > room > 0:
                 documents[index] = documents[index][encoding.offsets[len(encoding.ids) - room][0]:]

@@ -161,7 +161,7 @@ def _check_size(call: EmbedCall, config: ServeConfig, name: str) -> None:
 
 
 def _check_dimensions(call: EmbedCall, model: ServedModel) -> None:
-    dim = int(model.engine.dim)  # type: ignore[union-attr]
+    dim = int(model.embedding_task.embedder.dim)
     if call.dimensions is not None and call.dimensions != dim:
         raise RequestError(
             400 if call.dialect == "openai" else 422,

@@ -1,19 +1,17 @@
 """The models one server serves: each with the id clients put in ``model``, its task (from its
-manifest) and its own queue and engine worker, and the lookup every endpoint does."""
+engine's kind) and its own queue and engine worker, and the lookup every endpoint does."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from onnxrank.engine.embedder import Embedder
+from onnxrank.engine.reranker import Reranker
 from onnxrank.serve.batcher import Batcher
 from onnxrank.serve.errors import Dialect, RequestError
-
-if TYPE_CHECKING:
-    from onnxrank.engine.reranker import Reranker
-    from onnxrank.retrieval.embedder import Embedder
-    from onnxrank.serve.tasks import EmbeddingTask, RerankTask
+from onnxrank.serve.tasks import EmbeddingTask, RerankTask
 
 # Names of the tasks in messages ("an embedding model").
 TASK_NOUN = {"rerank": "a rerank model", "embedding": "an embedding model"}
@@ -29,35 +27,53 @@ class ServedModel:
 
     @property
     def task(self) -> str:
-        """"rerank" or "embedding", as the manifest says."""
-        return str(self.engine.spec.task)
+        """"rerank" or "embedding": its Batcher's task, which its engine's kind chose."""
+        return self.batcher.task.name
 
     @property
     def reranker(self) -> Reranker:
-        """The engine of a rerank model."""
-        return self.batcher.task.reranker  # type: ignore[attr-defined, no-any-return]
+        """The engine of a rerank model.
+
+        Raises:
+            TypeError: The model is not a reranker (ModelSet.pick checks the task first).
+        """
+        if not isinstance(self.engine, Reranker):
+            raise TypeError(f"model {self.id} is {TASK_NOUN[self.task]}, not a reranker")
+        return self.engine
 
     @property
     def embedding_task(self) -> EmbeddingTask:
-        """The task of an embedding model (its token counter and embedder)."""
-        return self.batcher.task  # type: ignore[return-value]
+        """The task of an embedding model (its token counter and embedder).
+
+        Raises:
+            TypeError: The model is not an embedding model.
+        """
+        task = self.batcher.task
+        if not isinstance(task, EmbeddingTask):
+            raise TypeError(f"model {self.id} is {TASK_NOUN[self.task]}, not an embedding model")
+        return task
 
     @property
     def rerank_task(self) -> RerankTask:
-        """The task of a rerank model."""
-        return self.batcher.task  # type: ignore[return-value]
+        """The task of a rerank model.
+
+        Raises:
+            TypeError: The model is not a reranker.
+        """
+        task = self.batcher.task
+        if not isinstance(task, RerankTask):
+            raise TypeError(f"model {self.id} is {TASK_NOUN[self.task]}, not a reranker")
+        return task
 
     @property
     def max_length(self) -> int:
         """Tokens per row the engine runs (a reranker's config may lower the manifest's)."""
-        if self.task == "embedding":  # the embedder always truncates at the manifest's
-            return int(self.engine.spec.max_length)
-        return int(self.engine.config.max_length or self.engine.spec.max_length)
+        return self.engine.max_length
 
     @property
     def warning(self) -> str | None:
         """The label every rerank answer carries when the scores are not relevance scores."""
-        if self.task != "rerank" or self.engine.spec.relevance_trained:
+        if not isinstance(self.engine, Reranker) or self.engine.spec.relevance_trained:
             return None
         return (f"model {self.id} is not relevance-trained: its scores are NOT relevance "
                 "scores (speed measurements only)")
@@ -70,10 +86,10 @@ class ServedModel:
             "task": self.task, "max_length": self.max_length, "device": info.device,
             "variant": info.variant, "threads": info.threads,
         }
-        if self.task == "rerank":
-            entry["relevance_trained"] = self.engine.spec.relevance_trained
+        if isinstance(self.engine, Embedder):
+            entry["dimensions"] = int(self.engine.dim)
         else:
-            entry["dimensions"] = int(self.engine.dim)  # type: ignore[union-attr]
+            entry["relevance_trained"] = self.engine.spec.relevance_trained
         return entry
 
 

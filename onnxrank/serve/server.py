@@ -15,8 +15,8 @@ from onnxrank.serve.config import ServeConfig
 from onnxrank.serve.state import ServerState
 
 if TYPE_CHECKING:
+    from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.reranker import Reranker
-    from onnxrank.retrieval.embedder import Embedder
     from onnxrank.retrieval.hybrid import HybridRetriever
 
 logger = logging.getLogger(__name__)

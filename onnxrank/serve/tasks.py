@@ -7,17 +7,14 @@ engine (``Reranker.score_detailed``, ``Embedder.embed_detailed``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from onnxrank.engine.tokenize import load_tokenizer
+from onnxrank.engine.embedder import Embedder
+from onnxrank.engine.reranker import Reranker
 from onnxrank.serve.batcher import BatchTask, TaskRun
 from onnxrank.types import Pair
-
-if TYPE_CHECKING:
-    from onnxrank.engine.reranker import Reranker
-    from onnxrank.retrieval.embedder import Embedder
 
 WARM_UP_PAIRS: list[Pair] = [("warm up the engine", "one short document to score at start")]
 WARM_UP_TEXTS = ["warm up the engine with one short text"]
@@ -54,16 +51,11 @@ class EmbeddingTask:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        # Two tokenizers whose settings never change after this: a tokenizer is shared by
-        # threads, and changing its truncation while another thread encodes is an error.
-        self._truncating = load_tokenizer(embedder.spec, embedder.model_dir)
-        self._truncating.enable_truncation(embedder.spec.max_length)
-        self._whole = load_tokenizer(embedder.spec, embedder.model_dir)
 
     def count_tokens(self, texts: Sequence[str], *, truncate: bool = True) -> list[int]:
-        """Tokens per text, special tokens included (capped at max_length when `truncate`)."""
-        tokenizer = self._truncating if truncate else self._whole
-        return [len(encoding.ids) for encoding in tokenizer.encode_batch(list(texts))]
+        """Tokens per text, special tokens included (capped at max_length when `truncate`), as
+        the embedder's own row encoder counts them."""
+        return self.embedder.count_tokens(texts, truncate=truncate)
 
     def run(self, items: Sequence[Any], options: str | None) -> TaskRun:
         """One ``embed_detailed`` call over the texts of every merged request (no options)."""
@@ -74,7 +66,8 @@ class EmbeddingTask:
 
 
 def task_for(engine: Reranker | Embedder) -> BatchTask:
-    """The task of a loaded engine, from its manifest's task."""
-    if engine.spec.task == "rerank":
-        return RerankTask(engine)  # type: ignore[arg-type]
-    return EmbeddingTask(engine)  # type: ignore[arg-type]
+    """The task of a loaded engine, from its kind: a Reranker's (cross-encoder or decoder) scores
+    pairs, an Embedder's embeds texts."""
+    if isinstance(engine, Reranker):
+        return RerankTask(engine)
+    return EmbeddingTask(engine)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import DecoderReranker, Reranker
 
 QUERY = "what is known about wing flutter at high speeds"
 DOCUMENTS = [
@@ -22,6 +22,8 @@ INSTRUCTION = "Find reports on aircraft structures"
 
 
 def test_rerank_and_rerank_many_agree_with_score(fp32_decoder: Reranker) -> None:
+    # a decoder reranker is a Reranker whose pairs become prompt rows
+    assert type(fp32_decoder) is DecoderReranker and isinstance(fp32_decoder, Reranker)
     scores = fp32_decoder.activate(fp32_decoder.score([(QUERY, d) for d in DOCUMENTS]))
     ranked = fp32_decoder.rerank(QUERY, DOCUMENTS)
     assert [r.index for r in ranked] == list(np.argsort(-scores, kind="stable"))
@@ -70,15 +72,15 @@ def test_deadline_and_long_documents(fp32_decoder: Reranker, decoder_model_dir: 
 
 def test_the_runtime_probe_times_rows_with_the_prompt(decoder_model_dir: Path) -> None:
     # the probe picks the fastest runtime on the rows the engine will run: prompt included
-    from onnxrank.engine.runtime import PROBE_MAX_TOKENS, _probe_feeds
+    from onnxrank.engine.runtime import PROBE_MAX_TOKENS, pad_rows
     from onnxrank.engine.spec import load_model_spec
     from onnxrank.engine.tokenize import load_tokenizer
-    from onnxrank.export.recipes import PromptRecipe
 
     spec = load_model_spec(decoder_model_dir)
     tokenizer = load_tokenizer(spec, decoder_model_dir)
-    feeds = _probe_feeds(spec, tokenizer)
-    recipe = PromptRecipe.from_dict(spec.prompt, origin="the test's manifest")
+    feeds = pad_rows(DecoderReranker.probe_rows(spec, tokenizer), spec.pad_token_id)
+    recipe = spec.recipe
+    assert recipe is not None
     prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
     assert (feeds["input_ids"][:, :len(prefix)] == prefix).all()
     # the recipe's fixed tokens come on top of the probed pair text, which keeps its length

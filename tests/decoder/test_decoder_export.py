@@ -14,7 +14,6 @@ from decoder_reference import ModelCardReranker
 from onnxrank.cli import main
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec, sha256_file, verify_files
-from onnxrank.engine.tokenize import make_encoder
 from onnxrank.export.recipes import QWEN3_RERANKER
 from onnxrank.export.validate import load_validation_pairs
 
@@ -35,6 +34,10 @@ def test_the_manifest_records_the_recipe(decoder_model_dir: Path) -> None:
     assert (spec.task, spec.num_labels, spec.activation) == ("rerank", 1, "sigmoid")
     assert spec.relevance_trained is False and "fp32" in spec.variants
     assert spec.variants["fp32"].fidelity["max_abs_diff"] <= 1e-4
+    # parsed once into the typed recipe; the manifest keeps its own keys and values
+    assert spec.recipe == QWEN3_RERANKER
+    on_disk = json.loads((decoder_model_dir / "manifest.json").read_text())
+    assert "recipe" not in spec.to_dict() and spec.to_dict() == on_disk
 
 
 def test_fp32_equals_the_model_cards_p_yes(fp32_decoder: Reranker,
@@ -67,7 +70,7 @@ def test_the_default_variant_keeps_the_held_out_ranking(decoder_model_dir: Path,
     reranker = Reranker.from_dir(decoder_model_dir, device="cpu")
     # the card cuts each row's tail, so a query longer than its share leaves no document; the
     # engine shortens such a query instead: compare the rows both build alike (most of them)
-    encoder = make_encoder(reranker.tokenizer, reranker.config.max_length or 0, reranker.spec.prompt)
+    encoder = type(reranker).row_encoder(reranker.tokenizer, reranker.max_length, reranker.spec.recipe)
     alike = np.array([list(row.ids) == model_card.token_ids(query, document)
                       for row, (query, document) in zip(encoder.encode(pairs), pairs)])
     assert alike.mean() >= 0.85

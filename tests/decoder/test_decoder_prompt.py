@@ -10,7 +10,7 @@ from decoder_reference import ModelCardReranker
 from tokenizers import Tokenizer
 
 from onnxrank.engine.prompt import PromptEncoder
-from onnxrank.engine.tokenize import make_encoder
+from onnxrank.engine.tokenize import PairEncoder
 from onnxrank.export.recipes import QWEN3_RERANKER
 from onnxrank.export.validate import load_validation_pairs
 
@@ -56,12 +56,12 @@ def test_windows_cover_the_document(tokenizer: Tokenizer) -> None:
     encoder = PromptEncoder(tokenizer, 256, QWEN3_RERANKER)
     rows = encoder.encode_windows([("wing flutter", LONG), ("q", "short one")],
                                   window_tokens=40, overlap_tokens=8)
-    long_rows = [row for row in rows if row.pair_index == 0]
+    long_rows = [row for row in rows if row.item_index == 0]
     spans = [row.span for row in long_rows]
     assert len(long_rows) > 2 and all(len(row.ids) <= 256 for row in rows)
     assert spans[0][0] == 0 and spans[-1][1] == len(LONG)
     assert all(left[1] > right[0] for left, right in zip(spans, spans[1:]))  # they overlap
-    assert [row.span for row in rows if row.pair_index == 1] == [(0, len("short one"))]
+    assert [row.span for row in rows if row.item_index == 1] == [(0, len("short one"))]
     whole = encoder.encode_windows([("wing flutter", "short one")], window_tokens=None,
                                    overlap_tokens=8)
     assert [row.ids.tolist() for row in whole] == [
@@ -77,7 +77,7 @@ def test_instruction_errors(tokenizer: Tokenizer) -> None:
             "instruction) leave no room for the query and the document in max_length=256; "
             "shorten the instruction or raise max_length")):
         encoder.encode([("q", "d")], instruction="very long instruction " * 60)
-    cross_encoder = make_encoder(tokenizer, 256)
+    cross_encoder = PairEncoder(tokenizer, 256)
     with pytest.raises(ValueError, match=re.escape(
             "instruction='Find' applies only to decoder rerankers (models exported with --recipe); "
             "this model is a cross-encoder: leave instruction unset")):

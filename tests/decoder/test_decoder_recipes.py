@@ -12,13 +12,9 @@ import pytest
 from decoder_reference import CARD_INSTRUCTION, CARD_PREFIX, CARD_SUFFIX
 from tokenizers import Tokenizer
 
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.errors import ExportError
-from onnxrank.export.recipes import (
-    QWEN3_RERANKER,
-    PromptRecipe,
-    answer_token_ids,
-    resolve_recipe,
-)
+from onnxrank.export.recipes import QWEN3_RERANKER, answer_token_ids, resolve_recipe
 
 
 def test_the_builtin_recipe_is_the_model_cards_prompt() -> None:

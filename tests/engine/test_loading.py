@@ -15,9 +15,20 @@ import pytest
 
 from onnxrank import Device, Reranker
 from onnxrank.engine.devices import resolve_device
+from onnxrank.engine.embedder import Embedder
+from onnxrank.engine.kinds import KINDS
+from onnxrank.engine.model import EngineModel
+from onnxrank.engine.reranker import DecoderReranker
 from onnxrank.engine.runtime import choose_candidates
-from onnxrank.engine.spec import load_model_spec, sha256_file, write_manifest
+from onnxrank.engine.spec import (
+    ModelKind,
+    load_model_spec,
+    model_kind,
+    sha256_file,
+    write_manifest,
+)
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
+from onnxrank.export.recipes import QWEN3_RERANKER
 
 
 @pytest.fixture()
@@ -82,6 +93,28 @@ def test_embedding_model_is_refused(model_copy: Path) -> None:
         "--task rerank"
     )):
         Reranker.from_dir(model_copy)
+
+
+def test_the_kind_is_chosen_once_from_the_manifest(tiny_model_dir: Path,
+                                                   tiny_embedder_dir: Path) -> None:
+    # one table from manifest facts to a kind, one class per kind
+    assert model_kind("rerank", None) is ModelKind.CROSS_ENCODER
+    assert model_kind("rerank", QWEN3_RERANKER) is ModelKind.DECODER_RERANKER
+    assert model_kind("embedding", None) is ModelKind.EMBEDDER
+    with pytest.raises(ValueError, match=re.escape(
+            "no model kind is a 'embedding' model with a prompt recipe; prompt recipes are for "
+            "decoder rerankers (task 'rerank')")):
+        model_kind("embedding", QWEN3_RERANKER)
+    assert all(engine.kind is kind for kind, engine in KINDS.items())
+    assert load_model_spec(tiny_model_dir).kind is ModelKind.CROSS_ENCODER
+    # the base loads any kind as its own class; a kind's class refuses the others
+    settings = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32"}
+    assert type(EngineModel.from_dir(tiny_model_dir, **settings)) is Reranker
+    assert type(EngineModel.from_dir(tiny_embedder_dir, **settings)) is Embedder
+    with pytest.raises(ModelLoadError, match=re.escape(
+            f"{tiny_model_dir} holds a 'rerank' model, but this needs a decoder reranker "
+            "exported with --recipe")):
+        DecoderReranker.from_dir(tiny_model_dir, **settings)
 
 
 def test_stand_in_warns_that_scores_are_not_relevance(

@@ -17,6 +17,7 @@ from onnxrank.engine import runtime
 from onnxrank.engine.backends import openvino as openvino_backend
 from onnxrank.engine.backends.openvino import BF16_FIDELITY_KEY, INT8_BF16_FIDELITY_KEY
 from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import (
     choose_candidates,
     load_model,
@@ -25,7 +26,6 @@ from onnxrank.engine.runtime import (
     resolve_model_dir,
 )
 from onnxrank.engine.spec import load_model_spec
-from onnxrank.engine.tokenize import EncodedRow
 from onnxrank.errors import ModelLoadError
 
 PAIRS = [("wing flutter", "flutter of a wing in a slipstream"), ("heat", "heat transfer in slabs"),
@@ -114,24 +114,30 @@ def test_a_failed_or_missing_gate_keeps_a_precision_out_of_auto(
         choose_candidates(unrecorded, Device.CPU, "openvino", "int8")
 
 
+def _load(model_dir: Path, *, config: EngineConfig, choice_cache: Path) -> runtime.LoadedModel:
+    """Load a cross-encoder's files as Reranker.from_dir does (its probe rows included)."""
+    return load_model(load_model_spec(model_dir), model_dir, config=config,
+                      probe_rows=Reranker.probe_rows, choice_cache=choice_cache)
+
+
 def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "choices.json"
     config = EngineConfig(device="cpu", threads=1)
     tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
-    first = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    first = _load(tiny_model_dir, config=config, choice_cache=cache)
     assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/int8 ")
     entry = next(iter(json.loads(cache.read_text()).values()))
     assert entry["choice"] == f"{first.runner.info.backend}/{first.runner.info.precision}"
     assert entry["fingerprint"]["threads"] == "1"
-    again = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    again = _load(tiny_model_dir, config=config, choice_cache=cache)
     assert again.runner.info.reason.startswith("fastest of onnxruntime/int8, openvino/fp32 when "
                                                "probed on this machine at ")
     assert (again.runner.info.backend, again.runner.info.precision) == (
         first.runner.info.backend, first.runner.info.precision)
     # the same cache file on another machine (another CPU model) is a miss: probe again
     monkeypatch.setattr(runtime, "cpu_model", lambda: "Another CPU 9000")
-    elsewhere = load_model(tiny_model_dir, task="rerank", config=config, choice_cache=cache)
+    elsewhere = _load(tiny_model_dir, config=config, choice_cache=cache)
     assert elsewhere.runner.info.reason.startswith("fastest when probed now")
     assert len(json.loads(cache.read_text())) == 2
 
@@ -167,7 +173,7 @@ def test_a_stall_of_the_machine_does_not_decide_the_probe(
     monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: _StalledRunner(
         real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/int8" else 0.04,
         stalls))
-    loaded = load_model(tiny_model_dir, task="rerank", config=EngineConfig(device="cpu", threads=1),
+    loaded = _load(tiny_model_dir, config=EngineConfig(device="cpu", threads=1),
                         choice_cache=tmp_path / "choices.json")
     assert stalls == [0]
     assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "int8")
@@ -187,7 +193,7 @@ def test_explicit_choices_are_never_silently_replaced(tiny_model_dir: Path) -> N
 
 
 def test_embedder_goes_through_the_same_layer(tiny_embedder_dir: Path) -> None:
-    from onnxrank.retrieval.embedder import Embedder
+    from onnxrank.engine.embedder import Embedder
 
     with pytest.raises(ModelLoadError, match=re.escape(
         f"{tiny_embedder_dir} holds a 'embedding' model, but this needs a cross-encoder"

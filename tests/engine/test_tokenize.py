@@ -1,15 +1,19 @@
-"""PairEncoder's spliced rows are exactly the tokenizer's own pair encoding, for every kind of
-post-processor the `tokenizers` library has."""
+"""PairEncoder's spliced rows are exactly the tokenizer's own pair encoding, and TextEncoder's rows
+its own truncating single-text encoding, for every kind of post-processor the `tokenizers`
+library has."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
+from onnxrank.engine.rows import RowBudget
 from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.text import TextEncoder
 from onnxrank.engine.tokenize import PairEncoder, ascii_twin, load_tokenizer
 from onnxrank.errors import ModelLoadError
 
@@ -63,7 +67,7 @@ def test_long_queries_are_cut_to_half_of_max_length(
 def test_windows_cover_the_document_with_overlap(encoder: PairEncoder, reference: Tokenizer) -> None:
     query, document = PAIRS[3]
     rows = encoder.encode_windows([(query, document)], window_tokens=40, overlap_tokens=10)
-    assert len(rows) > 5 and all(row.pair_index == 0 for row in rows)
+    assert len(rows) > 5 and all(row.item_index == 0 for row in rows)
     assert rows[0].span[0] == 0 and rows[-1].span[1] == len(document.rstrip())
     for previous, current in zip(rows, rows[1:]):
         assert current.span[0] < previous.span[1]  # consecutive windows overlap
@@ -116,7 +120,7 @@ def test_rows_equal_the_pair_encoding_under_every_post_processor(kind: str) -> N
     reference = Tokenizer.from_str(tokenizer.to_str())
     reference.enable_truncation(24, strategy="only_second")
     rows = encoder.encode(SMALL_PAIRS)
-    assert [row.pair_index for row in rows] == list(range(len(SMALL_PAIRS)))
+    assert [row.item_index for row in rows] == list(range(len(SMALL_PAIRS)))
     for row, (query, document) in zip(rows, SMALL_PAIRS):
         expected = reference.encode(query, document)
         assert (row.ids.tolist(), row.type_ids.tolist()) == (expected.ids, expected.type_ids)
@@ -174,3 +178,40 @@ def test_ascii_and_other_documents_keep_their_order(encoder: PairEncoder,
     pairs.insert(1, ("café", "naïve résumé"))
     for row, (query, document) in zip(encoder.encode(pairs), pairs):
         assert row.ids.tolist() == reference.encode(query, document).ids, (query, document)
+
+
+TEXTS = [text for pair in SMALL_PAIRS for text in pair] + ["", "lift " * 40]
+
+
+@pytest.mark.parametrize("kind", list(POST_PROCESSORS))
+def test_text_rows_equal_the_tokenizers_truncating_encoding(kind: str) -> None:
+    # the embedder's rows: the tokenizer's own single-text encoding with enable_truncation
+    tokenizer = _tokenizer(POST_PROCESSORS[kind])
+    encoder = TextEncoder(tokenizer, max_length=12)
+    reference = Tokenizer.from_str(tokenizer.to_str())
+    reference.enable_truncation(12)
+    rows = encoder.encode(TEXTS)
+    assert [row.item_index for row in rows] == list(range(len(TEXTS)))
+    expected = reference.encode_batch(TEXTS)
+    for row, encoding in zip(rows, expected):
+        assert (row.ids.tolist(), row.type_ids.tolist()) == (encoding.ids, encoding.type_ids)
+    assert encoder.count_tokens(TEXTS) == [len(encoding.ids) for encoding in expected]
+    whole = Tokenizer.from_str(tokenizer.to_str()).encode_batch(TEXTS)
+    assert encoder.count_tokens(TEXTS, truncate=False) == [len(e.ids) for e in whole]
+    assert max(encoder.count_tokens(TEXTS, truncate=False)) > 12 == len(rows[-1].ids)
+    assert encoder.row_budget() == RowBudget(12, tokenizer.num_special_tokens_to_add(False), 0)
+
+
+def test_text_windows_cover_the_text_and_refuse_an_instruction() -> None:
+    tokenizer = _tokenizer(POST_PROCESSORS["bert"])
+    encoder = TextEncoder(tokenizer, max_length=8)
+    text = "the lift of a wing " * 5
+    rows = encoder.encode_windows([text, "wing"], window_tokens=None, overlap_tokens=2)
+    long_rows = [row for row in rows if row.item_index == 0]
+    assert len(long_rows) > 2 and all(len(row.ids) <= 8 for row in rows)
+    assert long_rows[0].span[0] == 0 and long_rows[-1].span[1] == len(text.rstrip())
+    assert [row.span for row in rows if row.item_index == 1] == [(0, len("wing"))]
+    with pytest.raises(ValueError, match=re.escape(
+            "instruction='Find' applies only to decoder rerankers (models exported with "
+            "--recipe); this model is an embedding model: leave instruction unset")):
+        encoder.encode(["wing"], instruction="Find")

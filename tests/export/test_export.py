@@ -31,6 +31,7 @@ from onnxrank.export.validate import (
     check_thresholds,
     length_batches,
     load_validation_pairs,
+    run_batches,
     score_metrics,
 )
 
@@ -56,13 +57,10 @@ def _torch_scores(checkpoint: Path, rows, pad_id: int) -> np.ndarray:  # noqa: A
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(str(checkpoint)).eval()
-    scores = np.zeros(len(rows), dtype=np.float32)
     names = ("input_ids", "attention_mask", "token_type_ids")
     with torch.inference_mode():
-        for indices, feeds in length_batches(rows, pad_id):
-            logits = model(**{k: torch.from_numpy(feeds[k]) for k in names}).logits
-            scores[indices] = logits[:, 0].numpy()
-    return scores
+        return run_batches(length_batches(rows, pad_id), lambda feeds: model(
+            **{k: torch.from_numpy(feeds[k]) for k in names}).logits.numpy(), len(rows))[:, 0]
 
 
 @pytest.mark.parametrize("variant", VARIANT_NAMES)
@@ -75,9 +73,7 @@ def test_each_variant_loads_and_matches_pytorch(
                              precision=precision, threads=1)
     assert runner.info.backend == backend
     rows = PairEncoder(load_tokenizer(spec, tiny_model_dir), spec.max_length).encode(_pairs())
-    onnx_scores = np.zeros(len(rows), dtype=np.float32)
-    for indices, feeds in length_batches(rows, spec.pad_token_id):
-        onnx_scores[indices] = runner.run(feeds)[:, 0]
+    onnx_scores = run_batches(length_batches(rows, spec.pad_token_id), runner.run, len(rows))[:, 0]
     reference = _torch_scores(tiny_checkpoint_dir, rows, spec.pad_token_id)
     groups = [pair.group for pair in load_validation_pairs(VALIDATION_SUBSET)]
     metrics = score_metrics(reference, onnx_scores, groups)

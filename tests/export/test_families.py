@@ -95,7 +95,7 @@ def test_family_exports_and_matches_pytorch(
 
     from onnxrank.engine.config import EngineConfig
     from onnxrank.engine.reranker import Reranker
-    from onnxrank.engine.tokenize import make_encoder
+    from onnxrank.engine.tokenize import PairEncoder
 
     code, model_dir = family_exports[family]
     assert code == 0
@@ -126,7 +126,7 @@ def test_family_exports_and_matches_pytorch(
     tokenizer = Tokenizer.from_file(str(model_dir / spec.tokenizer_file))
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    rows = make_encoder(tokenizer, spec.max_length, None).encode(PAIRS)
+    rows = PairEncoder(tokenizer, spec.max_length).encode(PAIRS)
     for (query, passage), row in zip(PAIRS, rows):
         assert list(row.ids) == hf_tokenizer(query, passage)["input_ids"]
 

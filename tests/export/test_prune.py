@@ -17,7 +17,7 @@ from onnxrank.engine.spec import load_model_spec
 from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
 from onnxrank.export.prune import cls_only_model, cls_only_support
 from onnxrank.export.quantize import ffn_up_projections
-from onnxrank.export.validate import length_batches, load_validation_pairs
+from onnxrank.export.validate import length_batches, load_validation_pairs, run_batches
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,7 @@ def unpruned_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFac
 
 def _scores(path: Path, rows: list, pad_id: int) -> np.ndarray:  # type: ignore[type-arg]
     runner = open_model_file(path, precision="fp32", threads=1)
-    scores = np.zeros(len(rows), dtype=np.float32)
-    for indices, feeds in length_batches(rows, pad_id):
-        scores[indices] = runner.run(feeds)[:, 0]
-    return scores
+    return run_batches(length_batches(rows, pad_id), runner.run, len(rows))[:, 0]
 
 
 def test_cls_only_export_matches_the_full_graph(tiny_model_dir: Path, unpruned_dir: Path) -> None:

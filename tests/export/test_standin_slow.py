@@ -11,7 +11,7 @@ from onnxrank.cli import main
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import load_model_spec, verify_files
 from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
-from onnxrank.export.validate import length_batches
+from onnxrank.export.validate import length_batches, run_batches
 
 REGISTRY = Path(__file__).parents[2] / "models" / "registry.json"
 PAIRS = [
@@ -44,9 +44,7 @@ def test_full_size_standin_exports_with_default_thresholds(tmp_path: Path) -> No
     assert spec.variants["opt"].optimization["fusions"]["Attention"] == 5  # the last is pruned
     runner = open_model_file(out / "model.onnx", precision="fp32", threads=2)
     rows = PairEncoder(load_tokenizer(spec, out), spec.max_length).encode(PAIRS)
-    onnx_scores = np.zeros(len(rows), dtype=np.float32)
-    for indices, feeds in length_batches(rows, spec.pad_token_id):
-        onnx_scores[indices] = runner.run(feeds)[:, 0]
+    onnx_scores = run_batches(length_batches(rows, spec.pad_token_id), runner.run, len(rows))[:, 0]
     torch_scores = CrossEncoder(str(out / "checkpoint"), device="cpu",
                                 activation_fn=torch.nn.Identity()).predict(PAIRS)
     np.testing.assert_allclose(onnx_scores, torch_scores, atol=1e-4)

@@ -54,7 +54,8 @@ def bow_reranker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir
 
-    from onnxrank.retrieval import Embedder, build_index
+    from onnxrank.engine.embedder import Embedder
+    from onnxrank.retrieval import build_index
 
     root = tmp_path_factory.mktemp("search")
     embedder_dir = write_model_dir(root / "bow-embedder", task="embedding", name="bow-embedder")

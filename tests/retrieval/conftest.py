@@ -10,8 +10,9 @@ import pytest
 from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir
 
 import onnxrank.retrieval.hybrid as hybrid_module
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.retrieval import HybridRetriever, build_index
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.engine.embedder import Embedder
+from onnxrank.retrieval import HybridRetriever, build_index
 from onnxrank.retrieval.eval import evaluate, load_dataset
 
 DATA = Path("/work/shared/data")

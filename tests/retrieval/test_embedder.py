@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.runtime import resolve_model_dir
 from onnxrank.errors import ModelLoadError
-from onnxrank.retrieval import Embedder
 
 TEXTS = ["heat conduction in slabs", "", "wing " * 400, "Shear flow past a flat plate", "a"]
 

@@ -10,7 +10,8 @@ import pytest
 from retrieval_fixtures import write_dataset
 
 from onnxrank import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.engine.embedder import Embedder
+from onnxrank.retrieval import HybridRetriever, build_index
 from onnxrank.retrieval.eval import (
     NOT_RELEVANCE_NOTE,
     average_precision,

@@ -16,8 +16,9 @@ from retrieval_fixtures import bow_rerank_logit
 
 import onnxrank.engine.reranker as engine_reranker_module
 from onnxrank import Reranker
+from onnxrank.engine.embedder import Embedder
 from onnxrank.rerankers import BackendUnavailableError, LocalReranker, NoReranker
-from onnxrank.retrieval import Embedder, Hit, HybridRetriever, LoadTimings
+from onnxrank.retrieval import Hit, HybridRetriever, LoadTimings
 from onnxrank.retrieval.dense import exact_search
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.errors import IndexMismatchError
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.retrieval import HybridRetriever, build_index
 from onnxrank.retrieval.store import ChunkStore
 
 
@@ -132,7 +133,8 @@ def test_stale_hnsw_file_is_rebuilt_from_the_database(
 CRASH_SCRIPT = """
 import sys
 import numpy as np
-from onnxrank.retrieval import Embedder, build_index
+from onnxrank.engine.embedder import Embedder
+from onnxrank.retrieval import build_index
 
 KILL_POINT = sys.argv[4]  # "between": before the 5th transaction; "inside": within it
 COMMITTED_BEFORE_KILL = 4

@@ -8,7 +8,8 @@ import numpy as np
 from retrieval_fixtures import CORPUS, write_jsonl
 
 from onnxrank import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.engine.embedder import Embedder
+from onnxrank.retrieval import HybridRetriever, build_index
 
 TEXTS = [record["title"] + " " + record["text"] for record in CORPUS] + ["", "word " * 600]
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from serve_helpers import RunningServer, running_server
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever, build_index
+from onnxrank.retrieval import HybridRetriever, build_index
 from onnxrank.serve import ServeConfig
 
 

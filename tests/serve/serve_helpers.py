@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
 from onnxrank.serve import ServeConfig, create_app
 
@@ -67,11 +68,12 @@ def poll(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) ->
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
-class GatedEngine:
-    """The real engine; each score_detailed call first waits for `gate` (open by default)."""
+class GatedEngine(Reranker):
+    """The real engine (its loaded state shared, not reloaded); each score_detailed call first
+    waits for `gate` (open by default). A Reranker, so the server serves it as one."""
 
     def __init__(self, reranker: Reranker) -> None:
-        self._reranker = reranker
+        self.__dict__.update(vars(reranker))
         self.gate = threading.Event()
         self.gate.set()
         self.runs_entered = 0
@@ -83,31 +85,26 @@ class GatedEngine:
             self.runs_entered += 1
         if not self.gate.wait(WAIT_S):
             raise TimeoutError("the test never opened the gate")
-        return self._reranker.score_detailed(pairs, instruction=instruction)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._reranker, name)
+        return super().score_detailed(pairs, instruction=instruction)
 
 
-class GatedEmbedder:
-    """The real Embedder; each embed_detailed call first waits for `gate` (open by default)."""
+class GatedEmbedder(Embedder):
+    """The real Embedder (its loaded state shared); each embed_detailed call first waits for
+    `gate` (open by default)."""
 
-    def __init__(self, embedder: Any) -> None:
-        self._embedder = embedder
+    def __init__(self, embedder: Embedder) -> None:
+        self.__dict__.update(vars(embedder))
         self.gate = threading.Event()
         self.gate.set()
         self.runs_entered = 0
         self._lock = threading.Lock()
 
-    def embed_detailed(self, texts: Sequence[str]) -> Any:
+    def embed_detailed(self, texts: Sequence[str], *, show_progress: bool = False) -> Any:
         with self._lock:
             self.runs_entered += 1
         if not self.gate.wait(WAIT_S):
             raise TimeoutError("the test never opened the gate")
-        return self._embedder.embed_detailed(texts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._embedder, name)
+        return super().embed_detailed(texts, show_progress=show_progress)
 
 
 class RunningServer:

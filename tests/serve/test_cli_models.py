@@ -21,8 +21,8 @@ from onnxrank.cli.serve_cmd import (
     split_model_entry,
     thread_shares,
 )
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder
 
 
 def test_two_models_and_an_index_from_the_command_line(bow_rerank_engine: Reranker,

@@ -14,7 +14,7 @@ import pytest
 from conftest import EMBED_ID
 from serve_helpers import WAIT_S, GatedEmbedder, RunningServer, poll, running_server
 
-from onnxrank.retrieval import Embedder
+from onnxrank.engine.embedder import Embedder
 from onnxrank.serve import ServeConfig
 
 TEXTS = ["heat conduction in composite slabs", "a wing in a propeller slipstream", "paging"]

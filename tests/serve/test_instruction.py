@@ -15,7 +15,6 @@ import pytest
 from serve_helpers import WAIT_S, GatedEngine, RunningServer, poll, running_server
 
 from onnxrank.engine.reranker import Reranker
-from onnxrank.engine.tokenize import make_encoder
 from onnxrank.serve import ServeConfig
 
 DECODER, BERT = "qwen", "bert"
@@ -139,8 +138,9 @@ def test_the_token_limit_counts_the_prompt_as_the_engine_builds_rows(
         decoder_reranker: Reranker, instruction: str | None) -> None:
     # The tokens of the rows the engine will run: the recipe's prompt and the instruction
     # (None: the recipe's default) around each query and document.
-    encoder = make_encoder(decoder_reranker.tokenizer, decoder_reranker.row_budget().max_length,
-                           decoder_reranker.spec.prompt)
+    encoder = type(decoder_reranker).row_encoder(
+        decoder_reranker.tokenizer, decoder_reranker.row_budget().max_length,
+        decoder_reranker.spec.recipe)
     total = sum(len(row.ids) for row in encoder.encode([(QUERY, document) for document in DOCUMENTS],
                                                         instruction=instruction))
     assert total > 3 * decoder_reranker.row_budget(instruction).fixed_tokens > 0

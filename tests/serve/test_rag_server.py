@@ -20,8 +20,9 @@ from conftest import EMBED_ID, RERANK_ID
 from serve_helpers import RunningServer, assert_same_searches, running_server, without_timings
 from tokenizers import Tokenizer
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever
+from onnxrank.retrieval import HybridRetriever
 from onnxrank.serve import ServeConfig
 
 TEXTS = ["a wing in a propeller slipstream", "heat conduction in composite slabs",

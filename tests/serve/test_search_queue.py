@@ -21,8 +21,9 @@ from serve_helpers import (
     running_server,
 )
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever
+from onnxrank.retrieval import HybridRetriever
 from onnxrank.serve import ServeConfig
 
 RERANK_BODY = {"query": "heat transfer", "documents": ["heat conduction in slabs", "wing lift"]}

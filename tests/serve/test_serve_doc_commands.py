@@ -12,8 +12,9 @@ from pathlib import Path
 
 from serve_helpers import WAIT_S, running_server
 
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
-from onnxrank.retrieval import Embedder, HybridRetriever
+from onnxrank.retrieval import HybridRetriever
 from onnxrank.serve import ServeConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "serve.md"

@@ -42,9 +42,8 @@ from onnxrank.bench.workloads import (
     build_workload,
     load_dataset,
 )
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.reranker import Reranker
-from onnxrank.engine.tokenize import make_encoder
-from onnxrank.export.recipes import PromptRecipe
 
 SCENARIO = "decoder"
 # The model directory name under --models-dir (the export command above writes it).
@@ -125,7 +124,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     bench.require_device(SCENARIO, label, device)
     model_dir = _decoder_dir(bench)
     engine = Reranker.from_dir(model_dir, bench.engine_config(device))
-    if engine.spec.prompt is None:
+    if engine.spec.recipe is None:
         bench.skip_scenario(SCENARIO, label, device,
                             f"{model_dir} is not a decoder reranker (no prompt recipe)")
     source = PassageSource(load_dataset(bench.dataset_path), engine.tokenizer)
@@ -137,7 +136,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
         "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
     skipped: dict[str, str] = {}
     checkpoint = Path(str(engine.spec.source.get("path", "")))
-    recipe = PromptRecipe.from_dict(engine.spec.prompt or {}, origin=str(model_dir))
+    recipe = engine.spec.recipe
     for name, dtype in (("transformers_fp32", "float32"), ("transformers_bf16", "bfloat16")):
         if device != "cpu":
             skipped[name] = "the transformers contenders run on CPU only"
@@ -154,7 +153,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
                 settings=scorer.settings,
                 run=scorer.run))
     ratios = [ratio for ratio in RATIOS if ratio[1] not in skipped]
-    encoder = make_encoder(engine.tokenizer, engine.config.max_length or 0, engine.spec.prompt)
+    encoder = type(engine).row_encoder(engine.tokenizer, engine.max_length, engine.spec.recipe)
     flops = model_flops(model_dir / engine.spec.variants["fp32"].file)
     flops_per_item = [flops.pairs([len(row.ids) for row in encoder.encode(
         [(request.query, document) for document in request.documents])])

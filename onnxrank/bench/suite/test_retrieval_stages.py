@@ -24,6 +24,7 @@ from onnxrank.bench.harness import (
 )
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.bench.workloads import REGIMES
+from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.runtime import resolve_model_dir
 from onnxrank.errors import MissingDependencyError, RerankError
 
@@ -44,7 +45,7 @@ def _open_retriever(bench: BenchRun, device: str) -> tuple[Any, dict[str, str]]:
                             f"onnxrank.retrieval.hybrid.HybridRetriever is not importable: {err}")
     try:
         embedder_dir = resolve_model_dir(bench.embedder_name, bench.models_dir)
-        embedder = retrieval.Embedder.from_dir(embedder_dir, device=device, threads=bench.threads)
+        embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads)
         index_dir = bench.out / "retrieval-index" / f"{embedder.spec.name}-{device}"
         retrieval.build_index(bench.dataset_path / "corpus.jsonl", index_dir, embedder)
         retriever = retriever_class.open(index_dir, embedder=embedder)

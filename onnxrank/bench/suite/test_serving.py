@@ -377,7 +377,7 @@ def test_serving_embeddings(benchmark: Any, bench: BenchRun, device: str, regime
     local: list[Contender[Round]] = []
     ratios = [("serve", "infinity")]
     if clients == CAPACITY_CLIENTS:
-        from onnxrank.retrieval.embedder import Embedder
+        from onnxrank.engine.embedder import Embedder
 
         embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads,
                                      **bench.engine_options)
@@ -418,7 +418,8 @@ def test_serving_search(benchmark: Any, bench: BenchRun, device: str, regime: Re
     if regime.name != "short":  # search queries come from the dataset: one regime is enough
         bench.skip_scenario(scenario, regime.name, device, "the search level runs on short only")
     try:
-        from onnxrank.retrieval import Embedder, build_index
+        from onnxrank.engine.embedder import Embedder
+        from onnxrank.retrieval import build_index
 
         embedder_dir = _embedder_dir(bench)
         embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads)

@@ -37,8 +37,8 @@ from onnxrank.export.families.base import Family
 if TYPE_CHECKING:
     import torch
 
+    from onnxrank.engine.recipe import PromptRecipe
     from onnxrank.export.quantize import Int8Settings
-    from onnxrank.export.recipes import PromptRecipe
     from onnxrank.export.source import LoadedModel
 
 logger = logging.getLogger(__name__)

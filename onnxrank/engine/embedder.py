@@ -6,21 +6,19 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from onnxrank._optional import require
-from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
-from onnxrank.engine.batching import plan_engine_batches
 from onnxrank.engine.config import EngineConfig
-from onnxrank.engine.runtime import load_model, pad_rows
-from onnxrank.engine.spec import ModelSpec
-from onnxrank.engine.tokenize import EncodedRow
-from onnxrank.errors import InferenceError
+from onnxrank.engine.execution import run_in_order
+from onnxrank.engine.model import EngineModel
+from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.runtime import LoadedModel, probe_pairs
+from onnxrank.engine.spec import ModelKind
+from onnxrank.engine.text import TextEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +43,15 @@ class EmbedRun:
     batches: list[tuple[int, int]] = field(default_factory=list)
 
 
-class Embedder:
+class Embedder(EngineModel[str]):
     """Embeds texts with an exported embedding model (manifest task "embedding").
 
     The graph does the mean pooling and L2 normalisation, so cosine similarity is a dot product.
-    Loading goes through the same runtime layer as the Reranker (hash check, backend and variant
-    choice, fidelity records); of the engine options, device, backend, precision, threads,
-    max_batch_tokens, max_batch_size and pad_to_multiple apply (the reranker's batch planning).
+    Loading goes through the same runtime layer as the Reranker (``Embedder.from_dir(path,
+    config=None, **overrides)``: hash check, backend and variant choice, fidelity records); of the
+    engine options, device, backend, precision, threads, max_batch_tokens, max_batch_size and
+    pad_to_multiple apply (the reranker's batch planning). Loading a model of another kind is a
+    ModelLoadError; a max_batch_tokens below the model's max_length is a ValueError.
 
     Example:
         >>> embedder = Embedder.from_dir("models/minilm-embedder")  # doctest: +SKIP
@@ -59,41 +59,35 @@ class Embedder:
         (1, 384)
     """
 
-    def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                 tokenizer: Tokenizer, config: EngineConfig) -> None:
-        self.spec = spec
-        self.model_dir = model_dir
-        self.config = config
-        self._runner = runner
-        self._tokenizer = tokenizer
+    kind = ModelKind.EMBEDDER
+    needs = "an embedding model exported with --task embedding, such as models/minilm-embedder"
+    output_noun = "embedding value"
+    item_noun = "text"
 
     @classmethod
-    def from_dir(cls, path: str | Path, config: EngineConfig | None = None,
-                 **overrides: Any) -> Embedder:
-        """Load an exported embedding model directory.
-
-        Args:
-            path: Model directory with manifest.json, tokenizer.json and the ONNX variants.
-            config: Engine settings; None = EngineConfig() defaults.
-            **overrides: EngineConfig fields to change, e.g. ``precision="fp32"``.
-
-        Returns:
-            The loaded embedder.
-
-        Raises:
-            ModelLoadError: Missing or corrupted files, or the model is not an embedding model.
-            ValueError: Bad settings, or max_batch_tokens below the model's max_length.
-        """
-        config = (config or EngineConfig()).with_overrides(**overrides)
-        loaded = load_model(path, task="embedding", config=config)
+    def _checked(cls, loaded: LoadedModel, config: EngineConfig) -> Embedder:
         if config.max_batch_tokens < loaded.spec.max_length:
             raise ValueError(
                 f"max_batch_tokens must be >= the model's max_length ({loaded.spec.max_length}), "
                 f"got {config.max_batch_tokens}"
             )
-        # load_model hands out a fresh Tokenizer with truncation off; this one is ours to set.
-        loaded.tokenizer.enable_truncation(loaded.spec.max_length)
-        return cls(loaded.spec, loaded.model_dir, loaded.runner, loaded.tokenizer, config)
+        encoder = cls.row_encoder(loaded.tokenizer, loaded.spec.max_length, loaded.spec.recipe)
+        return cls(loaded.spec, loaded.model_dir, loaded.runner, encoder, loaded.tokenizer, config)
+
+    @classmethod
+    def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
+                    recipe: PromptRecipe | None) -> TextEncoder:
+        """Single-text rows, special tokens included, cut at `max_length` (the manifest's)."""
+        return TextEncoder(tokenizer, max_length)
+
+    @classmethod
+    def probe_items(cls) -> list[str]:
+        return [passage for _, passage in probe_pairs()]
+
+    def count_tokens(self, texts: Sequence[str], *, truncate: bool = True) -> list[int]:
+        """Tokens per text as `embed` counts them (special tokens included; capped at max_length
+        when `truncate`), without running the model: what a server checks before queueing."""
+        return TextEncoder(self._tokenizer, self.max_length).count_tokens(texts, truncate=truncate)
 
     @property
     def dim(self) -> int:
@@ -101,11 +95,6 @@ class Embedder:
         if self.spec.embedding_dim is not None:
             return int(self.spec.embedding_dim)
         return int(self.embed(["probe"]).shape[1])
-
-    @property
-    def device_info(self) -> DeviceInfo:
-        """What runs the model (device, backend, variant, threads)."""
-        return self._runner.info
 
     def embed(self, texts: Sequence[str], *, show_progress: bool = False) -> NDArray[np.float32]:
         """Embed texts, in input order.
@@ -133,40 +122,23 @@ class Embedder:
             return EmbedRun(vectors=np.zeros((0, self.spec.embedding_dim or 0), dtype=np.float32),
                             token_counts=np.zeros(0, dtype=np.int64))
         started = time.perf_counter()
-        rows = [
-            EncodedRow(np.asarray(encoding.ids, np.int64), np.asarray(encoding.type_ids, np.int64),
-                       index)
-            for index, encoding in enumerate(
-                self._tokenizer.encode_batch(list(texts), add_special_tokens=True))
-        ]
+        rows = self._encoder.encode(texts)
         token_counts = np.asarray([len(row.ids) for row in rows], dtype=np.int64)
         tokenized = time.perf_counter()
-        batches = plan_engine_batches(token_counts.tolist(), self.config, self._runner)
+        plan = self._plan(rows)
         progress = None
         if show_progress:
             progress = require("tqdm.auto", extra="dense").tqdm(
                 total=len(texts), desc="embedding", unit="text"
             )
-        output: NDArray[np.float32] | None = None
-        for batch in batches:
-            feeds = pad_rows([rows[index] for index in batch.rows], self.spec.pad_token_id,
-                             batch.padded_length)
-            vectors = self._runner.run(feeds).astype(np.float32, copy=False)
-            if not np.all(np.isfinite(vectors)):
-                raise InferenceError(
-                    f"embedding model {self.spec.name!r} produced non-finite values "
-                    f"({self._runner.info.model_file})"
-                )
-            if output is None:
-                output = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
-            output[batch.rows] = vectors
+        try:
+            vectors = run_in_order(plan, self._runner.run, finite=self._finite,
+                                   on_batch=None if progress is None
+                                   else lambda batch: progress.update(len(batch.rows)))
+        finally:
             if progress is not None:
-                progress.update(len(batch.rows))
-        if progress is not None:
-            progress.close()
-        if output is None:
-            raise InferenceError(f"embedding model {self.spec.name!r} produced no batches")
-        return EmbedRun(vectors=output, token_counts=token_counts,
+                progress.close()
+        return EmbedRun(vectors=vectors, token_counts=token_counts,
                         tokenize_ms=(tokenized - started) * 1000.0,
                         inference_ms=(time.perf_counter() - tokenized) * 1000.0,
-                        batches=[(len(batch.rows), batch.padded_length) for batch in batches])
+                        batches=[(len(batch.rows), batch.padded_length) for batch in plan.batches])

@@ -1,0 +1,163 @@
+"""The base of every model kind: a loaded manifest, its runner and its row encoder.
+
+A kind (onnxrank.engine.kinds) is a subclass that says which manifests it runs
+(`kind`, a ModelKind), how its items become rows (`row_encoder`), what the runtime probe times
+(`probe_items`) and what it checks once loaded (`_checked`). Loading is shared: `from_dir`
+reads the manifest, picks the kind's class once from ``ModelSpec.kind``, and loads the files
+through onnxrank.engine.runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from tokenizers import Tokenizer
+
+from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
+from onnxrank.engine.batching import plan_engine_batches
+from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.execution import FiniteCheck, RowPlan
+from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.rows import EncodedRow, RowEncoder
+from onnxrank.engine.runtime import (
+    DEFAULT_MODELS_DIR,
+    PROBE_MAX_TOKENS,
+    LoadedModel,
+    load_model,
+    resolve_model_dir,
+)
+from onnxrank.engine.spec import ModelKind, ModelSpec, load_model_spec
+from onnxrank.errors import ModelLoadError
+
+Item = TypeVar("Item")
+Model = TypeVar("Model", bound="EngineModel[Any]")
+
+
+class EngineModel(ABC, Generic[Item]):
+    """A loaded model of one kind; its items (pairs or texts) become rows through its encoder.
+
+    Attributes:
+        spec: The manifest.
+        model_dir: The model directory.
+        config: The engine settings it runs with.
+    """
+
+    # the manifests this class runs; None on a base that runs none itself
+    kind: ClassVar[ModelKind | None] = None
+    # what loading a manifest of another kind says this class needs
+    needs: ClassVar[str] = "an exported model"
+    # how a non-finite output is named: what an output is and what an input item is
+    output_noun: ClassVar[str] = "output"
+    item_noun: ClassVar[str] = "item"
+
+    def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
+                 encoder: RowEncoder[Item], tokenizer: Tokenizer, config: EngineConfig) -> None:
+        self.spec = spec
+        self.model_dir = model_dir
+        self.config = config
+        self._runner = runner
+        self._encoder = encoder
+        self._tokenizer = tokenizer
+        self._finite = FiniteCheck(runner.info.model_file, self.output_noun, self.item_noun)
+
+    @classmethod
+    def from_dir(cls: type[Model], path: str | Path, config: EngineConfig | None = None,
+                 **overrides: Any) -> Model:
+        """Load an exported model directory (see onnxrank.engine.spec) as the class of the kind
+        its manifest names (this class or one below it), and build its runtime.
+
+        Args:
+            path: Directory written by `onnxrank export`.
+            config: Engine settings; None = EngineConfig() defaults.
+            **overrides: EngineConfig fields to change, e.g. ``device="cpu", threads=2``
+                (see onnxrank.engine.config for every option, its default and range).
+
+        Returns:
+            The loaded model, e.g. a Reranker (a DecoderReranker for a decoder reranker's
+            manifest) or an Embedder.
+
+        Raises:
+            ModelLoadError: Missing/unreadable files, manifest hash mismatch, a tokenizer that
+                does not match the model, or a model of a kind this class does not run.
+            DeviceUnavailableError: device="cuda" without a working CUDA provider.
+            ValueError: A setting is out of range, or the requested backend or precision cannot
+                run here (the message names what can), or a setting the kind refuses (see the
+                kind's class).
+            TypeError: An override is not an EngineConfig field.
+        """
+        started = time.perf_counter()
+        config = (config or EngineConfig()).with_overrides(**overrides)
+        model_dir = Path(path)
+        spec = load_model_spec(model_dir)
+        kind = next((klass for klass in _with_subclasses(cls) if klass.kind is spec.kind), None)
+        if kind is None:
+            raise ModelLoadError(f"{model_dir} holds a {spec.task!r} model, but this needs "
+                                 f"{cls.needs}")
+        loaded = load_model(spec, model_dir, config=config, probe_rows=kind.probe_rows,
+                            started=started)
+        return kind._checked(loaded, config)
+
+    @classmethod
+    def from_pretrained(cls: type[Model], name: str | Path, *,
+                        models_dir: str | Path = DEFAULT_MODELS_DIR,
+                        config: EngineConfig | None = None, **overrides: Any) -> Model:
+        """Load ``models_dir/name`` (or `name` itself when it is a model directory).
+
+        Raises:
+            ModelLoadError: Neither location holds a model directory; else as from_dir.
+        """
+        return cls.from_dir(resolve_model_dir(name, models_dir), config, **overrides)
+
+    @classmethod
+    @abstractmethod
+    def _checked(cls: type[Model], loaded: LoadedModel, config: EngineConfig) -> Model:
+        """The model built from what was loaded, after the kind's own checks of its settings."""
+
+    @classmethod
+    @abstractmethod
+    def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
+                    recipe: PromptRecipe | None) -> RowEncoder[Item]:
+        """The encoder that turns this kind's items into rows of at most `max_length` tokens."""
+
+    @classmethod
+    @abstractmethod
+    def probe_items(cls) -> list[Item]:
+        """The items the runtime probe times candidates on (from runtime.probe_pairs)."""
+
+    @classmethod
+    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer) -> list[EncodedRow]:
+        """The probe's rows: `probe_items` with about PROBE_MAX_TOKENS tokens of item text."""
+        length = min(PROBE_MAX_TOKENS, spec.max_length)
+        return cls.row_encoder(tokenizer, length, spec.recipe).encode(cls.probe_items())
+
+    @property
+    def device_info(self) -> DeviceInfo:
+        """The backend, provider, variant file, runtime version and threads actually running."""
+        return self._runner.info
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (truncation and padding off); do not change its settings."""
+        return self._tokenizer
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per row this model runs (a reranker's settings may lower the manifest's)."""
+        return self._encoder.max_length
+
+    def _plan(self, rows: Sequence[EncodedRow], *, sort_by_length: bool = True) -> RowPlan:
+        """Rows cut into batches with the engine's settings and the runner's per-run charge."""
+        batches = plan_engine_batches([len(row.ids) for row in rows], self.config, self._runner,
+                                      sort_by_length=sort_by_length)
+        return RowPlan(rows, batches, self.spec.pad_token_id)
+
+
+def _with_subclasses(cls: type[Model]) -> Iterator[type[Model]]:
+    """`cls` and every class below it (each kind's class is defined beside its base)."""
+    yield cls
+    for subclass in cls.__subclasses__():
+        yield from _with_subclasses(subclass)
