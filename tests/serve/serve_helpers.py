@@ -70,7 +70,14 @@ def poll(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) ->
 
 class GatedEngine(Reranker):
     """The real engine (its loaded state shared, not reloaded); each score_detailed call first
-    waits for `gate` (open by default). A Reranker, so the server serves it as one."""
+    waits for `gate` (open by default). An instance of the wrapped engine's own class too (a
+    DecoderReranker stays one), so the server serves it as the kind it wraps."""
+
+    def __new__(cls, reranker: Reranker) -> GatedEngine:
+        kind = type(reranker)
+        if not issubclass(cls, kind):
+            cls = type(f"Gated{kind.__name__}", (cls, kind), {})
+        return super().__new__(cls)
 
     def __init__(self, reranker: Reranker) -> None:
         self.__dict__.update(vars(reranker))
