@@ -12,7 +12,8 @@ from typing import Any, Literal
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
 from onnxrank.export.families import Family, family_for
-from onnxrank.export.recipes import PromptRecipe, answer_token_ids, resolve_recipe
+from onnxrank.export.loaded import LoadedModel
+from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
 logger = logging.getLogger(__name__)
@@ -108,33 +109,6 @@ def content_sha256(directory: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """A checkpoint loaded for export.
-
-    Attributes:
-        model: ``*ForSequenceClassification`` (rerank) or ``AutoModel`` (embedding), eval, eager attention.
-        tokenizer: The transformers fast tokenizer (saved next to the ONNX files).
-        config: The transformers config.
-        input_names: Graph inputs the model takes (the family's answer for this tokenizer).
-        source: The manifest's ``source`` entry.
-        reference: sentence-transformers model for embedding validation, else None.
-        relevance_trained: Whether scores are meaningful relevance (False for stand-ins).
-        family: The model family (onnxrank.export.families) chosen by config.model_type.
-        recipe: Decoder rerankers: the scoring recipe (onnxrank.export.recipes); else None.
-    """
-
-    model: Any
-    tokenizer: Any
-    config: Any
-    input_names: tuple[str, ...]
-    source: dict[str, Any]
-    reference: Any
-    relevance_trained: bool
-    family: Family
-    recipe: PromptRecipe | None = None
-
-
 def _hub_error(model_id: str, err: Exception) -> ExportError:
     first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return ExportError(
@@ -169,12 +143,15 @@ def _check_embedding_pooling(directory: Path | None) -> None:
 
 
 def load_checkpoint(location: str, *, kind: SourceKind, task: str,
-                    recipe: str | None = None) -> LoadedModel:
+                    recipe: str | None = None) -> tuple[LoadedModel, Family]:
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
 
     Args:
         recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
             built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
+
+    Returns:
+        The loaded checkpoint and its family (onnxrank.export.families, by config.model_type).
 
     Raises:
         ExportError: Hub unreachable or model unknown, not a checkpoint, num_labels != 1, no
@@ -253,4 +230,4 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
         source["standin"] = marker
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
     return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,
-                       family, prompt_recipe)
+                       prompt_recipe), family

@@ -23,8 +23,8 @@ from onnxrank.engine.spec import VARIANT_NAMES
 if TYPE_CHECKING:
     import torch
 
+    from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
-    from onnxrank.export.source import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,11 @@ class Family:
         """A prompt recipe (ModelSpec.prompt) for decoder rerankers; None = the tokenizer's own
         pair template through onnxrank.engine.tokenize.PairEncoder."""
         return None
+
+    def num_labels(self, config: Any, task: str) -> int:
+        """The graph's outputs per row (the manifest's num_labels): a rerank head's labels; an
+        embedding graph's is unused (1)."""
+        return int(config.num_labels) if task == "rerank" else 1
 
     def describe(self, config: Any) -> dict[str, Any]:
         """The manifest's ``family`` entry."""
