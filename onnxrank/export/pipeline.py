@@ -146,141 +146,6 @@ class ExportResult:
     spec: ModelSpec
 
 
-def _versions() -> dict[str, str]:
-    import importlib.metadata as metadata
-
-    versions = {}
-    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
-                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
-
-
-def _prepare_work_dir(out_dir: Path) -> Path:
-    """Create a hidden temporary directory beside `out_dir` (same filesystem, so rename is atomic)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ExportError(f"output path {out_dir} exists and is not a directory; choose another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").is_file():
-        raise ExportError(
-            f"output directory {out_dir} is not empty and holds no manifest.json; refusing to "
-            "replace it: choose another --out or empty it"
-        )
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    except OSError as err:
-        raise ExportError(
-            f"cannot write the output directory {out_dir}: {err.strerror or err}; choose a "
-            "writable --out"
-        ) from err
-
-
-def _publish(work_dir: Path, out_dir: Path) -> None:
-    """Move the finished work directory to `out_dir`, replacing an earlier export."""
-    backup = None
-    if out_dir.exists():
-        backup = out_dir.with_name(f".{out_dir.name}.previous-{os.getpid()}")
-        os.replace(out_dir, backup)
-    os.replace(work_dir, out_dir)
-    if backup is not None:
-        shutil.rmtree(backup)
-
-
-def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
-                        task: str) -> int:
-    """The manifest's max_length: --max-length, else the family's real limit (rerank: positions,
-    capped by the tokenizer's own limit) or the sentence-transformers max_seq_length (embedding)."""
-    limit = family.max_positions(loaded.config)
-    wanted = request.max_length
-    if wanted is None:
-        wanted = family.max_length(loaded.config, loaded.tokenizer)
-        if task == "embedding":
-            wanted = min(wanted, DEFAULT_MAX_LENGTH)
-            if loaded.reference is not None and loaded.reference.max_seq_length:
-                wanted = int(loaded.reference.max_seq_length)
-    if wanted > limit:
-        raise ValueError(
-            f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
-            f"--max-length {limit} or less"
-        )
-    return wanted
-
-
-def _reference_runner(loaded: LoadedModel, family: Family,
-                      task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
-    if task == "rerank":
-        return family.reference_runner(loaded)
-    torch = require("torch", extra="export")
-    names = loaded.input_names
-
-    def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with torch.inference_mode():
-            features = {name: torch.from_numpy(feeds[name]) for name in names}
-            embedding = loaded.reference(features)["sentence_embedding"]
-            # the graph always normalises; a reference without a Normalize module does not
-            return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
-
-    return run_embedding
-
-
-def _graph_model(loaded: LoadedModel, family: Family, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
-    """The module to export and the manifest's ``graph_rewrites`` entry.
-
-    1. Embedding models: unpruned (mean pooling reads every row).
-    2. Rerank models with the rewrite switched off: unpruned.
-    3. Rerank models whose head reads only [CLS]: the last layer pruned to that row.
-    4. Other rerank models: unpruned, with the reason logged and recorded.
-    """
-    if task == "embedding":
-        return loaded.model, {"cls_only_last_layer": {
-            "applied": False, "reason": "embedding model: mean pooling reads every row"}}
-    if not wanted:
-        return loaded.model, {"cls_only_last_layer": {
-            "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
-    reason = family.cls_only_support(loaded.model)
-    if reason is not None:
-        logger.warning("the last layer is not pruned to [CLS]: %s", reason)
-        return loaded.model, {"cls_only_last_layer": {"applied": False, "reason": reason}}
-    layers = int(loaded.config.num_hidden_layers)
-    return family.cls_only_model(loaded.model), {"cls_only_last_layer": {
-        "applied": True,
-        "layer": layers,
-        "of_layers": layers,
-        "computed_for": "the [CLS] row (position 0) only: query projection, attention output, "
-                        "feed-forward and LayerNorms; keys and values from every token",
-        "method": f"the {family.name} family's cls_only_model (onnxrank.export.families), "
-                  "in PyTorch before torch.onnx.export",
-        "checked_by": "every variant's gate against the unpruned PyTorch model "
-                      "(fp32: max_abs_diff)",
-    }}
-
-
-def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
-    if source.kind != "standin":
-        return Path(source.location)
-    checkpoint = work_dir / CHECKPOINT_DIR
-    if source.location == "rerank":
-        build_reranker_checkpoint(checkpoint, size="full", seed=seed, show_progress=show_progress)
-    else:
-        build_embedder_checkpoint(checkpoint, size="full", seed=seed)
-    return checkpoint
-
-
-def _source_entry(source: ModelSource, loaded: LoadedModel, seed: int) -> dict[str, Any]:
-    entry = dict(loaded.source)
-    if source.kind == "standin":
-        entry.pop("path", None)
-        entry.update({"kind": "standin", "model_id": source.name, "builder": source.location,
-                      "checkpoint_dir": CHECKPOINT_DIR, "seed": seed})
-    if source.registry_entry:
-        entry["registry_name"] = source.name
-    return entry
-
-
 def export_model(request: ExportRequest, *, show_progress: bool = False) -> ExportResult:
     """Export, validate and publish one model directory (see onnxrank.engine.spec for the layout).
 
@@ -315,8 +180,6 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         progress.close()
     logger.info("exported %s to %s", request.model, out_dir)
     return ExportResult(out_dir, spec)
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +252,47 @@ def _export_into(
     return spec
 
 
+def _prepare_work_dir(out_dir: Path) -> Path:
+    """Create a hidden temporary directory beside `out_dir` (same filesystem, so rename is atomic)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"output path {out_dir} exists and is not a directory; choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "manifest.json").is_file():
+        raise ExportError(
+            f"output directory {out_dir} is not empty and holds no manifest.json; refusing to "
+            "replace it: choose another --out or empty it"
+        )
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    except OSError as err:
+        raise ExportError(
+            f"cannot write the output directory {out_dir}: {err.strerror or err}; choose a "
+            "writable --out"
+        ) from err
+
+
+def _publish(work_dir: Path, out_dir: Path) -> None:
+    """Move the finished work directory to `out_dir`, replacing an earlier export."""
+    backup = None
+    if out_dir.exists():
+        backup = out_dir.with_name(f".{out_dir.name}.previous-{os.getpid()}")
+        os.replace(out_dir, backup)
+    os.replace(work_dir, out_dir)
+    if backup is not None:
+        shutil.rmtree(backup)
+
+
+def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
+    if source.kind != "standin":
+        return Path(source.location)
+    checkpoint = work_dir / CHECKPOINT_DIR
+    if source.location == "rerank":
+        build_reranker_checkpoint(checkpoint, size="full", seed=seed, show_progress=show_progress)
+    else:
+        build_embedder_checkpoint(checkpoint, size="full", seed=seed)
+    return checkpoint
+
+
 def _applicable_variants(request: ExportRequest, loaded: LoadedModel, family: Family) -> tuple[
         tuple[str, ...], dict[str, dict[str, Any]]]:
     """The wanted variants the family builds, and failed_variants entries for the others."""
@@ -420,6 +324,58 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
     return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites)
 
 
+def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
+                        task: str) -> int:
+    """The manifest's max_length: --max-length, else the family's real limit (rerank: positions,
+    capped by the tokenizer's own limit) or the sentence-transformers max_seq_length (embedding)."""
+    limit = family.max_positions(loaded.config)
+    wanted = request.max_length
+    if wanted is None:
+        wanted = family.max_length(loaded.config, loaded.tokenizer)
+        if task == "embedding":
+            wanted = min(wanted, DEFAULT_MAX_LENGTH)
+            if loaded.reference is not None and loaded.reference.max_seq_length:
+                wanted = int(loaded.reference.max_seq_length)
+    if wanted > limit:
+        raise ValueError(
+            f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
+            f"--max-length {limit} or less"
+        )
+    return wanted
+
+
+def _graph_model(loaded: LoadedModel, family: Family, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
+    """The module to export and the manifest's ``graph_rewrites`` entry.
+
+    1. Embedding models: unpruned (mean pooling reads every row).
+    2. Rerank models with the rewrite switched off: unpruned.
+    3. Rerank models whose head reads only [CLS]: the last layer pruned to that row.
+    4. Other rerank models: unpruned, with the reason logged and recorded.
+    """
+    if task == "embedding":
+        return loaded.model, {"cls_only_last_layer": {
+            "applied": False, "reason": "embedding model: mean pooling reads every row"}}
+    if not wanted:
+        return loaded.model, {"cls_only_last_layer": {
+            "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
+    reason = family.cls_only_support(loaded.model)
+    if reason is not None:
+        logger.warning("the last layer is not pruned to [CLS]: %s", reason)
+        return loaded.model, {"cls_only_last_layer": {"applied": False, "reason": reason}}
+    layers = int(loaded.config.num_hidden_layers)
+    return family.cls_only_model(loaded.model), {"cls_only_last_layer": {
+        "applied": True,
+        "layer": layers,
+        "of_layers": layers,
+        "computed_for": "the [CLS] row (position 0) only: query projection, attention output, "
+                        "feed-forward and LayerNorms; keys and values from every token",
+        "method": f"the {family.name} family's cls_only_model (onnxrank.export.families), "
+                  "in PyTorch before torch.onnx.export",
+        "checked_by": "every variant's gate against the unpruned PyTorch model "
+                      "(fp32: max_abs_diff)",
+    }}
+
+
 def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: str,
                  prompt: dict[str, Any] | None) -> tuple[ValidationInputs, ValidationInputs]:
     """Save the tokenizer and config beside the graph; encode the validation and calibration
@@ -428,12 +384,29 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
     loaded.tokenizer.save_pretrained(str(work_dir))
     loaded.config.save_pretrained(str(work_dir))
     pad_id = int(loaded.tokenizer.pad_token_id or 0)
+    validation, calibration = (
+        encode_validation(pairs, work_dir / TOKENIZER_FILE, task=task,
+                          max_length=traced.max_length, pad_id=pad_id, prompt=prompt)
+        for pairs in (load_validation_pairs(request.validation_pairs), load_calibration_pairs()))
+    return validation, calibration
 
-    def encode(pairs: list[Any]) -> ValidationInputs:
-        return encode_validation(pairs, work_dir / TOKENIZER_FILE, task=task,
-                                 max_length=traced.max_length, pad_id=pad_id, prompt=prompt)
 
-    return encode(load_validation_pairs(request.validation_pairs)), encode(load_calibration_pairs())
+def _reference_runner(loaded: LoadedModel, family: Family,
+                      task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
+    if task == "rerank":
+        return family.reference_runner(loaded)
+    torch = require("torch", extra="export")
+    names = loaded.input_names
+
+    def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.inference_mode():
+            features = {name: torch.from_numpy(feeds[name]) for name in names}
+            embedding = loaded.reference(features)["sentence_embedding"]
+            # the graph always normalises; a reference without a Normalize module does not
+            return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
+
+    return run_embedding
 
 
 def _gate_fp32(context: ExportContext) -> BuiltVariant:
@@ -548,3 +521,27 @@ def _model_spec(request: ExportRequest, source: ModelSource, traced: _Traced, *,
         failed_variants=failed,
         notes=notes.strip(),
     )
+
+
+def _source_entry(source: ModelSource, loaded: LoadedModel, seed: int) -> dict[str, Any]:
+    entry = dict(loaded.source)
+    if source.kind == "standin":
+        entry.pop("path", None)
+        entry.update({"kind": "standin", "model_id": source.name, "builder": source.location,
+                      "checkpoint_dir": CHECKPOINT_DIR, "seed": seed})
+    if source.registry_entry:
+        entry["registry_name"] = source.name
+    return entry
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as metadata
+
+    versions = {}
+    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
+                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions

@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.engine.tokenize import EncodedRow, make_encoder
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import FidelityError
 from onnxrank.options import field_flag
 
@@ -50,8 +51,11 @@ HELD_OUT_GROUPS = ("cranfield:12", "cranfield:57", "cranfield:74", "cranfield:87
 SUBSET_HELD_OUT_SHARE = 1 / 3
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
-# variants judged on rankings rather than on score differences
-INT8_VARIANTS = ("int8", "ov_int8", "openvino_bf16", "openvino_int8_bf16")
+# variants judged on rankings rather than on score differences: the int8 files, and the bf16 runs
+# that keep their own fidelity record (neither is bit-faithful)
+INT8_VARIANTS = (*(facts.name for facts in VARIANTS.values() if facts.precision == "int8"),
+                 *(run.fidelity_key for facts in VARIANTS.values() for run in facts.runs_as
+                   if run.fidelity_key is not None))
 
 
 @dataclass(frozen=True, slots=True)
