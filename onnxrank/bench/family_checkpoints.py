@@ -1,18 +1,15 @@
 """Random-weight cross-encoder checkpoints of every export family, built offline (no Hub).
 
-``size="full"``: each family's published base configuration (hard-coded below, from the Hub
-config.json of the model named in FULL_CONFIGS), random weights: **speed only**, never relevance
-(the manifest says ``relevance_trained: false`` and the marker says "random weights: speed
-only"). ``size="tiny"``: the same family at 2 layers and hidden 32-64, for tests.
+Each family module says what its checkpoints are (``Family.checkpoint``, a
+onnxrank.export.families.checkpoint_config.CheckpointConfig); this module only builds them.
+``size="full"``: the family's published base configuration (copied from the Hub config.json of
+the model it names), random weights: **speed only**, never relevance (the manifest says
+``relevance_trained: false`` and the marker says "random weights: speed only").
+``size="tiny"``: the same family at 2 layers and hidden 64, for tests.
 
-Each checkpoint gets a tokenizer of its family's kind, trained with the `tokenizers` library on
-the shipped pair text (onnxrank/data), so token counts on English text are realistic:
-
-* bert, electra: WordPiece, lower-cased, ``[CLS] q [SEP] d [SEP]`` with token types;
-* xlm-roberta: a sentencepiece-style Unigram (Metaspace), ``<s> q </s></s> d </s>``, no token
-  types;
-* modernbert: byte-level BPE, ``[CLS] q [SEP] d [SEP]``, no ``token_type_ids`` input;
-* deberta-v2: a sentencepiece-style Unigram (Metaspace), ``[CLS] q [SEP] d [SEP]``.
+Each checkpoint gets a tokenizer of its family's kind (WordPiece, byte-level BPE or a
+sentencepiece-style Unigram; BERT's or RoBERTa's pair template), trained with the `tokenizers`
+library on the shipped pair text (onnxrank/data), so token counts on English text are realistic.
 
 Command line (what the bench's ``families`` scenario expects)::
 
@@ -33,46 +30,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onnxrank._optional import require
+from onnxrank.export.families import families
+from onnxrank.export.families.checkpoint_config import CheckpointConfig, TokenizerKind
 from onnxrank.export.standin import STANDIN_MARKER
 
 logger = logging.getLogger(__name__)
 
 Size = Literal["tiny", "full"]
-FAMILY_NAMES = ("bert", "electra", "xlm-roberta", "modernbert", "deberta-v2")
+# the families that carry a checkpoint configuration (onnxrank.export.families, Family.checkpoint)
+FAMILY_NAMES = tuple(family.name for family in families() if family.checkpoint is not None)
 SPEED_ONLY = "random weights: speed only"
 MODEL_SUFFIX = "-random-reranker"
-# Published base configurations (config.json of the model named), random weights.
-FULL_CONFIGS: dict[str, dict[str, Any]] = {
-    # cross-encoder/ms-marco-MiniLM-L-6-v2
-    "bert": {"model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "vocab_size": 30522,
-             "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
-             "intermediate_size": 1536, "max_position_embeddings": 512, "type_vocab_size": 2},
-    # cross-encoder/ms-marco-electra-base (google/electra-base-discriminator)
-    "electra": {"model": "cross-encoder/ms-marco-electra-base", "vocab_size": 30522,
-                "embedding_size": 768, "hidden_size": 768, "num_hidden_layers": 12,
-                "num_attention_heads": 12, "intermediate_size": 3072,
-                "max_position_embeddings": 512, "type_vocab_size": 2},
-    # BAAI/bge-reranker-base (xlm-roberta-base)
-    "xlm-roberta": {"model": "BAAI/bge-reranker-base", "vocab_size": 250002, "hidden_size": 768,
-                    "num_hidden_layers": 12, "num_attention_heads": 12,
-                    "intermediate_size": 3072, "max_position_embeddings": 514,
-                    "type_vocab_size": 1, "layer_norm_eps": 1e-5},
-    # Alibaba-NLP/gte-reranker-modernbert-base (answerdotai/ModernBERT-base)
-    "modernbert": {"model": "Alibaba-NLP/gte-reranker-modernbert-base", "vocab_size": 50368,
-                   "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
-                   "intermediate_size": 1152, "max_position_embeddings": 8192,
-                   "global_attn_every_n_layers": 3, "local_attention": 128,
-                   "global_rope_theta": 160000.0, "local_rope_theta": 10000.0},
-    # mixedbread-ai/mxbai-rerank-base-v1 (microsoft/deberta-v3-base)
-    "deberta-v2": {"model": "mixedbread-ai/mxbai-rerank-base-v1", "vocab_size": 128100,
-                   "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-                   "intermediate_size": 3072, "max_position_embeddings": 512,
-                   "relative_attention": True, "position_buckets": 256,
-                   "norm_rel_ebd": "layer_norm", "share_att_key": True,
-                   "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
-                   "type_vocab_size": 0, "max_relative_positions": -1, "layer_norm_eps": 1e-7,
-                   "pooler_hidden_size": 768},
-}
 TINY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
               "intermediate_size": 128, "initializer_range": 0.2}
 TINY_VOCAB, FULL_VOCAB = 1000, 16000
@@ -80,6 +48,18 @@ TINY_VOCAB, FULL_VOCAB = 1000, 16000
 TINY_TEXTS = 1500
 # the head's logits are rescaled to this standard deviation, so rankings are not float noise
 HEAD_STD = 1.0
+
+
+def checkpoint_config(name: str) -> CheckpointConfig:
+    """The checkpoint configuration of the family called `name`.
+
+    Raises:
+        ValueError: No family of that name carries one.
+    """
+    for family in families():
+        if family.name == name and family.checkpoint is not None:
+            return family.checkpoint
+    raise ValueError(f"family must be one of {', '.join(FAMILY_NAMES)}, got {name!r}")
 
 
 def _texts() -> Iterator[str]:
@@ -95,97 +75,75 @@ def _texts() -> Iterator[str]:
                     yield text
 
 
-def build_tokenizer(family: str, vocab_size: int, *, texts: int | None = None) -> Any:
-    """A transformers fast tokenizer of `family`'s kind, trained on the shipped pair text (the
-    first `texts` distinct texts; None = all)."""
+def build_tokenizer(kind: TokenizerKind, vocab_size: int, *, texts: int | None = None) -> Any:
+    """A transformers fast tokenizer of `kind`, trained on the shipped pair text (the first
+    `texts` distinct texts; None = all)."""
     tokenizers = require("tokenizers", extra="export")
     transformers = require("transformers", extra="export")
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-    if family in ("bert", "electra"):
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tokenizer = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    specials = list(kind.special_tokens)
+    unk = "<unk>" if kind.template == "roberta" else "[UNK]"
+    if kind.model == "wordpiece":
+        tokenizer = tokenizers.Tokenizer(models.WordPiece(unk_token=unk))
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tokenizer.decoder = decoders.WordPiece()
         trainer: Any = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
-    elif family == "modernbert":
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tokenizer = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    elif kind.model == "byte_bpe":
+        tokenizer = tokenizers.Tokenizer(models.BPE(unk_token=unk))
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    elif family in ("xlm-roberta", "deberta-v2"):
-        specials = (["<s>", "<pad>", "</s>", "<unk>", "<mask>"] if family == "xlm-roberta"
-                    else ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"])
-        unk = "<unk>" if family == "xlm-roberta" else "[UNK]"
+    else:
         tokenizer = tokenizers.Tokenizer(models.Unigram())
         tokenizer.normalizer = normalizers.NFKC()
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
         tokenizer.decoder = decoders.Metaspace()
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
                                           unk_token=unk)
-    else:
-        raise ValueError(f"family must be one of {', '.join(FAMILY_NAMES)}, got {family!r}")
     tokenizer.train_from_iterator(itertools.islice(_texts(), texts), trainer=trainer)
 
     def token(text: str) -> tuple[str, int]:
         return text, tokenizer.token_to_id(text)
 
-    if family == "xlm-roberta":
+    fast_class = getattr(transformers, kind.fast_class)
+    if kind.template == "roberta":
         tokenizer.post_processor = processors.TemplateProcessing(
             single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
             special_tokens=[token("<s>"), token("</s>")])
-        return transformers.XLMRobertaTokenizerFast(
+        return fast_class(
             tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
             cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
             model_max_length=512)
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[token("[CLS]"), token("[SEP]")])
-    fast_class = {"bert": transformers.BertTokenizerFast,
-                  "electra": transformers.ElectraTokenizerFast,
-                  "modernbert": transformers.PreTrainedTokenizerFast,
-                  "deberta-v2": transformers.DebertaV2TokenizerFast}[family]
-    extra = {"model_input_names": ["input_ids", "attention_mask"]} if family == "modernbert" else {}
+    extra = {} if kind.token_types else {"model_input_names": ["input_ids", "attention_mask"]}
     return fast_class(tokenizer_object=tokenizer, unk_token="[UNK]", sep_token="[SEP]",
                       pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]", **extra)
 
 
-def build_config(family: str, size: Size, tokenizer: Any, *,
+def build_config(checkpoint: CheckpointConfig, size: Size, tokenizer: Any, *,
                  max_position_embeddings: int | None = None) -> Any:
-    """The transformers config of `family` at `size` (num_labels 1, ids from `tokenizer`)."""
+    """The transformers config of `checkpoint` at `size` (num_labels 1, ids from `tokenizer`)."""
     transformers = require("transformers", extra="export")
-    published = {key: value for key, value in FULL_CONFIGS[family].items() if key != "model"}
-    values = dict(published)
+    values = dict(checkpoint.full)
     if size == "tiny":
         values.update(TINY_SHAPE, vocab_size=len(tokenizer))
-        values.pop("embedding_size", None)
-        values.pop("pooler_hidden_size", None)
-        if family == "modernbert":
-            values.update(global_attn_every_n_layers=2, local_attention=16)
-        if family == "xlm-roberta":
-            values["max_position_embeddings"] = 514
+        for key, value in checkpoint.tiny.items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
     if max_position_embeddings is not None:
         values["max_position_embeddings"] = max_position_embeddings
-    ids = {"pad_token_id": tokenizer.pad_token_id}
-    if family == "modernbert":
-        ids.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-                   bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
-    if family == "xlm-roberta":
-        ids.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    config_class = {"bert": transformers.BertConfig, "electra": transformers.ElectraConfig,
-                    "xlm-roberta": transformers.XLMRobertaConfig,
-                    "modernbert": transformers.ModernBertConfig,
-                    "deberta-v2": transformers.DebertaV2Config}[family]
-    config = config_class(num_labels=1, **values, **ids)
-    architecture = {"bert": "BertForSequenceClassification",
-                    "electra": "ElectraForSequenceClassification",
-                    "xlm-roberta": "XLMRobertaForSequenceClassification",
-                    "modernbert": "ModernBertForSequenceClassification",
-                    "deberta-v2": "DebertaV2ForSequenceClassification"}[family]
-    config.architectures = [architecture]
+    ids = {"pad_token_id": tokenizer.pad_token_id,
+           **{key: getattr(tokenizer, attribute)
+              for key, attribute in checkpoint.special_ids.items()}}
+    config = getattr(transformers, checkpoint.config_class)(num_labels=1, **values, **ids)
+    config.architectures = [checkpoint.architecture]
     return config
 
 
@@ -218,15 +176,15 @@ def build_family_checkpoint(family: str, out_dir: Path, *, size: Size = "tiny", 
         seed: torch seed of the weights.
         max_position_embeddings: Override the position limit (long-context tests).
     """
-    if family not in FAMILY_NAMES:
-        raise ValueError(f"family must be one of {', '.join(FAMILY_NAMES)}, got {family!r}")
+    checkpoint = checkpoint_config(family)
     if size not in ("tiny", "full"):
         raise ValueError(f"size must be 'tiny' or 'full', got {size!r}")
     torch = require("torch", extra="export")
     transformers = require("transformers", extra="export")
-    tokenizer = (build_tokenizer(family, TINY_VOCAB, texts=TINY_TEXTS) if size == "tiny"
-                 else build_tokenizer(family, FULL_VOCAB))
-    config = build_config(family, size, tokenizer, max_position_embeddings=max_position_embeddings)
+    tokenizer = (build_tokenizer(checkpoint.tokenizer, TINY_VOCAB, texts=TINY_TEXTS)
+                 if size == "tiny" else build_tokenizer(checkpoint.tokenizer, FULL_VOCAB))
+    config = build_config(checkpoint, size, tokenizer,
+                          max_position_embeddings=max_position_embeddings)
     torch.manual_seed(seed)
     model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
     _spread_head(model, tokenizer)
@@ -235,8 +193,8 @@ def build_family_checkpoint(family: str, out_dir: Path, *, size: Size = "tiny", 
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
     marker = {"kind": "rerank", "family": family, "size": size, "seed": seed,
-              "relevance_trained": False, "published_config_of": FULL_CONFIGS[family]["model"],
-              "note": f"{SPEED_ONLY}: {FULL_CONFIGS[family]['model']}'s configuration with random "
+              "relevance_trained": False, "published_config_of": checkpoint.published_model,
+              "note": f"{SPEED_ONLY}: {checkpoint.published_model}'s configuration with random "
                       "weights and a tokenizer trained on onnxrank/data"}
     (out_dir / STANDIN_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n",
                                           encoding="utf-8")

@@ -11,6 +11,8 @@ Layout of an exported model directory (``models/NAME/``)::
     model_ov_int8.bin    its weights (VariantSpec.extra_files)
     tokenizer.json       Rust `tokenizers` file, plus the HF config files it came with
 
+Each variant's facts (file, precision, how it runs, extra files) are onnxrank.engine.variants.VARIANTS.
+
 Graph contract: inputs are a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
 shape [batch, sequence]). A rerank model's first output is the logits [batch, num_labels]; an
 embedding model's first output is the mean-pooled, L2-normalised embedding [batch, dim].
@@ -30,11 +32,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onnxrank.engine.recipe import PromptRecipe
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ModelLoadError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
-VARIANT_NAMES = ("fp32", "opt", "int8", "fp16", "ov_int8")
+VARIANT_NAMES = tuple(VARIANTS)
 Task = Literal["rerank", "embedding"]
 Activation = Literal["sigmoid", "softmax", "none"]
 

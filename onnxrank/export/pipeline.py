@@ -1,8 +1,9 @@
-"""The export pipeline: load -> ONNX fp32 ([CLS]-pruned) -> fused -> fp16 -> int8 -> OpenVINO int8
--> validate -> manifest, written atomically.
+"""The export pipeline, as its stages: resolve -> load -> trace fp32 -> reference -> gate fp32 ->
+for each variant: build + gate -> manifest, written atomically.
 
-`export_model` runs the steps top to bottom in `_export_into`; each step ticks the progress bar
-as it starts.
+`export_model` resolves the source and publishes the finished directory; `_export_into` runs the
+stages top to bottom. Each variant's build step and gate are onnxrank.export.variants.VARIANT_STEPS;
+its facts (file, precision, how it runs) onnxrank.engine.variants.VARIANTS.
 """
 
 from __future__ import annotations
@@ -21,76 +22,60 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, open_model_file
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
-from onnxrank.errors import ExportError, FidelityError, InferenceError, ModelLoadError
-from onnxrank.export.families import applicable_variants
+from onnxrank.engine.variants import VARIANTS
+from onnxrank.errors import ExportError, FidelityError
+from onnxrank.export.context import (
+    BuiltVariant,
+    ExportContext,
+    Progress,
+    VariantFailed,
+    first_line,
+)
+from onnxrank.export.families import Family, applicable_variants
+from onnxrank.export.gate import bf16_record, threshold_text, validate_file
+from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
-from onnxrank.export.optimize import convert_fp16, optimize_transformer
-from onnxrank.export.quantize import (
-    DEFAULT_INT8_RECIPES,
-    Int8Settings,
-    distinct_recipes,
-    quantize_int8,
-)
-from onnxrank.export.quantize_openvino import (
-    DEFAULT_OV_INT8_RECIPES,
-    OvInt8Settings,
-    compress_openvino_int8_weights,
-    distinct_ov_recipes,
-    quantize_openvino_int8,
-    weights_path,
-)
+from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
+from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
 from onnxrank.export.source import (
     DEFAULT_MODEL,
     DEFAULT_REGISTRY,
-    LoadedModel,
     ModelSource,
     load_checkpoint,
     resolve_source,
 )
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
 from onnxrank.export.validate import (
-    HELD_OUT,
     FidelityThresholds,
     ValidationInputs,
-    batch_dependence,
     check_thresholds,
-    compare,
     encode_validation,
     load_calibration_pairs,
     load_validation_pairs,
     run_batches,
     threshold_failures,
 )
+from onnxrank.export.variants import VARIANT_STEPS
 
 logger = logging.getLogger(__name__)
 
-VARIANT_FILES = {"fp32": "model.onnx", "opt": "model_opt.onnx", "int8": "model_int8.onnx",
-                 "fp16": "model_fp16.onnx", "ov_int8": "model_ov_int8.xml"}
-VARIANT_PRECISION = {"fp32": "fp32", "opt": "fp32", "int8": "int8", "fp16": "fp16",
-                     "ov_int8": "int8"}
-# how validation opens each variant: (backend, precision) as the engine's runtime layer names them
-VARIANT_RUNTIME = {"fp32": ("onnxruntime", "fp32"), "opt": ("onnxruntime", "opt"),
-                   "int8": ("onnxruntime", "int8"), "fp16": ("onnxruntime", "fp16"),
-                   "ov_int8": ("openvino", "int8")}
-# OpenVINO bf16 runs model.onnx, so its record lives in the fp32 variant's fidelity under this key
-# (onnxrank.engine.runtime reads it)
-OPENVINO_BF16_KEY = "openvino_bf16"
-# the ov_int8 IR compiled with INFERENCE_PRECISION_HINT=bf16 (the engine's openvino "int8+bf16"),
-# recorded in the ov_int8 variant's fidelity under this key
-OPENVINO_INT8_BF16_KEY = "openvino_int8_bf16"
-OPENVINO_INT8_BF16_PRECISION = "int8+bf16"
-# variants that run on a CPU: an export needs at least one of them to pass
-CPU_VARIANTS = ("fp32", "opt", "int8", "ov_int8")
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
+SCRATCH_DIR = ".scratch"
 DEFAULT_MAX_LENGTH = 512
 STANDIN_NOTES = (
     "Offline stand-in: scores are NOT relevance scores. The encoder was never trained for "
     "reranking; the head is a logistic regression fitted on frozen features (see source.standin.head). "
     "Use it to test and benchmark the machinery, not to judge ranking quality. "
 )
+EMBEDDING_NOTES = ("Embedding model: the graph outputs mean-pooled, L2-normalised embeddings "
+                   "(output 'embeddings'); num_labels is unused.")
+# the config fields the manifest's model_config copies
+MODEL_CONFIG_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers",
+                     "num_attention_heads", "intermediate_size", "max_position_embeddings",
+                     "type_vocab_size")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,38 +146,110 @@ class ExportResult:
     spec: ModelSpec
 
 
-class _Progress:
-    """Logs each step as it starts and ticks a tqdm bar (when shown) that names it."""
+def export_model(request: ExportRequest, *, show_progress: bool = False) -> ExportResult:
+    """Export, validate and publish one model directory (see onnxrank.engine.spec for the layout).
 
-    def __init__(self, show: bool) -> None:
-        self.show = show
-        self._bar = None
-        if show:
-            tqdm = require("tqdm", extra="export").tqdm
-            self._bar = tqdm(desc="export", unit="step")
+    Everything is written to a hidden directory beside the target and renamed into place at the
+    end; on any error that directory is removed and an earlier export at the target is untouched.
 
-    def step(self, name: str) -> None:
-        logger.info("export step: %s", name)
-        if self._bar is not None:
-            self._bar.set_postfix_str(name, refresh=False)
-            self._bar.update(1)
+    Args:
+        request: What to export.
+        show_progress: Show a tqdm bar that ticks at each export step.
 
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+    Returns:
+        The published directory and its manifest.
+
+    Raises:
+        ExportError: Loading, exporting or writing failed (message names the cause and the fix).
+        FidelityError: A variant missed its validation thresholds on the tuning or held-out pairs.
+        MissingDependencyError: The ``export`` (or ``standin``, or for ov_int8 ``openvino``)
+            extra is not installed.
+        ValueError: Bad request values.
+    """
+    source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
+    out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
+    progress = Progress(show_progress)
+    work_dir = _prepare_work_dir(out_dir)
+    try:
+        spec = _export_into(request, source, work_dir, out_dir.name, progress)
+        _publish(work_dir, out_dir)
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    finally:
+        progress.close()
+    logger.info("exported %s to %s", request.model, out_dir)
+    return ExportResult(out_dir, spec)
 
 
-def _versions() -> dict[str, str]:
-    import importlib.metadata as metadata
+@dataclass(frozen=True, slots=True)
+class _Traced:
+    """The fp32 stage's results: the model's loaded checkpoint and family, and the graph."""
 
-    versions = {}
-    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
-                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
+    loaded: LoadedModel
+    family: Family
+    max_length: int
+    graph_files: tuple[str, ...]  # external data files beside model.onnx
+    graph_rewrites: dict[str, Any]
+
+
+def _export_into(
+    request: ExportRequest, source: ModelSource, work_dir: Path, name: str, progress: Progress,
+) -> ModelSpec:
+    """Every export stage, top to bottom; intermediates go to a scratch directory.
+
+    fp32 is the reference graph: if it cannot be built or misses its gate, the export fails. Every
+    other variant is built and gated on its own: a crash or a missed gate is recorded in
+    ``failed_variants`` with its stage and reason and the variant is left out, keeping the others.
+    """
+    if "ov_int8" in request.variants:  # fail before minutes of work, naming the extra to install
+        require("openvino", extra="openvino")
+        require("nncf", extra="export")
+    scratch = work_dir / SCRATCH_DIR
+    scratch.mkdir()
+    progress.step("checkpoint")
+    checkpoint = _materialize(source, work_dir, request.seed, progress.show)
+    progress.step("load")
+    loaded, family = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
+                                     kind="local" if source.kind != "hub" else "hub",
+                                     task=source.task, recipe=request.recipe)
+    wanted, failed = _applicable_variants(request, loaded, family)
+    progress.step("export fp32")
+    traced = _trace_fp32(request, loaded, family, source.task, scratch)
+    progress.step("tokenizer and data")
+    prompt = family.prompt(loaded)
+    inputs, calibration = _encode_data(request, traced, work_dir, source.task, prompt)
+    progress.step("reference")
+    reference = run_batches(inputs.batches(), _reference_runner(loaded, family, source.task),
+                            len(inputs.rows))
+    # the PyTorch weights are not needed past here: a 0.6B decoder's 2.4 GB would otherwise stay
+    # resident through every variant's session and the OpenVINO conversion
+    traced = replace(traced, loaded=replace(loaded, model=None, reference=None))
+    del loaded
+    gc.collect()
+    context = ExportContext(
+        task=source.task, family=family, config=traced.loaded.config,
+        input_names=traced.loaded.input_names,
+        paths={variant: scratch / VARIANTS[variant].file for variant in VARIANT_NAMES},
+        inputs=inputs, calibration=calibration, reference=reference,
+        thresholds=request.thresholds, int8=request.int8, ov_int8=request.ov_int8,
+        progress=progress)
+    progress.step("validate fp32")
+    built = {"fp32": _gate_fp32(context)}
+    for variant in VARIANT_STEPS:
+        if variant in wanted:
+            outcome = _build_variant(context, variant)
+            if isinstance(outcome, BuiltVariant):
+                built[variant] = outcome
+            else:
+                failed[variant] = outcome
+                logger.warning("variant %s left out: %s", variant, outcome["reason"])
+    progress.step("manifest")
+    variants = _publish_variants(request, context, built, failed, traced, work_dir)
+    spec = _model_spec(request, source, traced, name=name, variants=variants, failed=failed,
+                       prompt=prompt, work_dir=work_dir)
+    write_manifest(spec, work_dir)
+    return spec
 
 
 def _prepare_work_dir(out_dir: Path) -> Path:
@@ -225,13 +282,56 @@ def _publish(work_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(backup)
 
 
-def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) -> int:
+def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
+    if source.kind != "standin":
+        return Path(source.location)
+    checkpoint = work_dir / CHECKPOINT_DIR
+    if source.location == "rerank":
+        build_reranker_checkpoint(checkpoint, size="full", seed=seed, show_progress=show_progress)
+    else:
+        build_embedder_checkpoint(checkpoint, size="full", seed=seed)
+    return checkpoint
+
+
+def _applicable_variants(request: ExportRequest, loaded: LoadedModel, family: Family) -> tuple[
+        tuple[str, ...], dict[str, dict[str, Any]]]:
+    """The wanted variants the family builds, and failed_variants entries for the others."""
+    wanted, not_applicable = applicable_variants(family, loaded.config, request.variants)
+    failed = {}
+    for variant, reason in not_applicable.items():
+        logger.warning("variant %s left out: %s", variant, reason)
+        failed[variant] = {"stage": "not applicable", "reason": reason}
+    return wanted, failed
+
+
+def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, task: str,
+                scratch: Path) -> _Traced:
+    """Trace the (possibly [CLS]-pruned) PyTorch model to the scratch model.onnx."""
+    max_length = _resolve_max_length(request, loaded, family, task)
+    graph_model, graph_rewrites = _graph_model(loaded, family, task, request.cls_only_last_layer)
+    try:
+        # external data files of a graph over protobuf's 2 GB (they move and hash with fp32)
+        graph_files = family.export_graph(family.graph_module(loaded, graph_model, task),
+                                          scratch / VARIANTS["fp32"].file, task=task,
+                                          input_names=loaded.input_names, opset=request.opset)
+    except Exception as err:
+        raise ExportError(
+            f"could not export the fp32 graph of {request.model} ({family.name} family, "
+            f"model_type {loaded.config.model_type!r}, inputs {', '.join(loaded.input_names)}): "
+            f"{first_line(err)}; this model type needs a family module in "
+            "onnxrank.export.families that says how to trace it"
+        ) from err
+    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites)
+
+
+def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
+                        task: str) -> int:
     """The manifest's max_length: --max-length, else the family's real limit (rerank: positions,
     capped by the tokenizer's own limit) or the sentence-transformers max_seq_length (embedding)."""
-    limit = loaded.family.max_positions(loaded.config)
+    limit = family.max_positions(loaded.config)
     wanted = request.max_length
     if wanted is None:
-        wanted = loaded.family.max_length(loaded.config, loaded.tokenizer)
+        wanted = family.max_length(loaded.config, loaded.tokenizer)
         if task == "embedding":
             wanted = min(wanted, DEFAULT_MAX_LENGTH)
             if loaded.reference is not None and loaded.reference.max_seq_length:
@@ -244,24 +344,7 @@ def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, task: str) 
     return wanted
 
 
-def _reference_runner(loaded: LoadedModel, task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
-    if task == "rerank":
-        return loaded.family.reference_runner(loaded)
-    torch = require("torch", extra="export")
-    names = loaded.input_names
-
-    def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with torch.inference_mode():
-            features = {name: torch.from_numpy(feeds[name]) for name in names}
-            embedding = loaded.reference(features)["sentence_embedding"]
-            # the graph always normalises; a reference without a Normalize module does not
-            return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
-
-    return run_embedding
-
-
-def _graph_model(loaded: LoadedModel, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
+def _graph_model(loaded: LoadedModel, family: Family, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
     """The module to export and the manifest's ``graph_rewrites`` entry.
 
     1. Embedding models: unpruned (mean pooling reads every row).
@@ -275,97 +358,169 @@ def _graph_model(loaded: LoadedModel, task: str, wanted: bool) -> tuple[Any, dic
     if not wanted:
         return loaded.model, {"cls_only_last_layer": {
             "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
-    reason = loaded.family.cls_only_support(loaded.model)
+    reason = family.cls_only_support(loaded.model)
     if reason is not None:
         logger.warning("the last layer is not pruned to [CLS]: %s", reason)
         return loaded.model, {"cls_only_last_layer": {"applied": False, "reason": reason}}
     layers = int(loaded.config.num_hidden_layers)
-    return loaded.family.cls_only_model(loaded.model), {"cls_only_last_layer": {
+    return family.cls_only_model(loaded.model), {"cls_only_last_layer": {
         "applied": True,
         "layer": layers,
         "of_layers": layers,
         "computed_for": "the [CLS] row (position 0) only: query projection, attention output, "
                         "feed-forward and LayerNorms; keys and values from every token",
-        "method": f"the {loaded.family.name} family's cls_only_model (onnxrank.export.families), "
+        "method": f"the {family.name} family's cls_only_model (onnxrank.export.families), "
                   "in PyTorch before torch.onnx.export",
         "checked_by": "every variant's gate against the unpruned PyTorch model "
                       "(fp32: max_abs_diff)",
     }}
 
 
-def _validate_file(
-    variant: str, path: Path, inputs: ValidationInputs, reference: np.ndarray,
-) -> tuple[dict[str, Any], Any]:
-    """Run one variant's file through the engine's runtime layer and compare it with the reference.
+def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: str,
+                 prompt: dict[str, Any] | None) -> tuple[ValidationInputs, ValidationInputs]:
+    """Save the tokenizer and config beside the graph; encode the validation and calibration
+    pairs with the saved tokenizer, as the engine will."""
+    loaded = traced.loaded
+    loaded.tokenizer.save_pretrained(str(work_dir))
+    loaded.config.save_pretrained(str(work_dir))
+    pad_id = int(loaded.tokenizer.pad_token_id or 0)
+    validation, calibration = (
+        encode_validation(pairs, work_dir / TOKENIZER_FILE, task=task,
+                          max_length=traced.max_length, pad_id=pad_id, prompt=prompt)
+        for pairs in (load_validation_pairs(request.validation_pairs), load_calibration_pairs()))
+    return validation, calibration
 
-    Returns:
-        The fidelity metrics and the runner (None when the CPU cannot run fp16).
+
+def _reference_runner(loaded: LoadedModel, family: Family,
+                      task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
+    if task == "rerank":
+        return family.reference_runner(loaded)
+    torch = require("torch", extra="export")
+    names = loaded.input_names
+
+    def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.inference_mode():
+            features = {name: torch.from_numpy(feeds[name]) for name in names}
+            embedding = loaded.reference(features)["sentence_embedding"]
+            # the graph always normalises; a reference without a Normalize module does not
+            return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
+
+    return run_embedding
+
+
+def _gate_fp32(context: ExportContext) -> BuiltVariant:
+    """fp32 against the reference: a miss fails the whole export. Adds OpenVINO bf16's record
+    (it runs model.onnx)."""
+    fidelity, _ = validate_file(context, "fp32")
+    if threshold_failures(context.task, "fp32", fidelity, context.thresholds):
+        check_thresholds(context.task, {"fp32": fidelity}, context.thresholds)
+    for run in VARIANTS["fp32"].runs_as:
+        if run.fidelity_key is not None:
+            fidelity[run.fidelity_key] = bf16_record(context, context.paths["fp32"],
+                                                     precision=run.precision, key=run.fidelity_key)
+    return BuiltVariant(fidelity)
+
+
+def _build_variant(context: ExportContext, variant: str) -> BuiltVariant | dict[str, Any]:
+    """Build and gate one variant: the BuiltVariant, or its failed_variants entry.
+
+    One variant's crash (NNCF, OpenVINO, onnxruntime) or missed gate loses only it.
     """
-    backend, precision = VARIANT_RUNTIME[variant]
+    step = VARIANT_STEPS[variant]
+    built = None
     try:
-        runner = open_model_file(path, backend=backend, precision=precision)
-        outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
-    except (ModelLoadError, InferenceError) as err:
-        if variant != "fp16":
-            raise ExportError(f"{backend} could not run {path.name}: {err}") from err
-        reason = str(err).strip().splitlines()[0]
-        logger.warning("fp16 variant cannot run on CPU (%s); validate it on a GPU", reason)
-        return {"validated": False, "validated_on": None,
-                "reason": f"CPUExecutionProvider cannot run it ({reason}); fidelity can only be "
-                          "checked on a GPU with onnxruntime-gpu"}, None
-    metrics = compare(inputs, reference, outputs)
-    metrics.update({"validated": True,
-                    "validated_on": f"{runner.info.backend} {runner.info.provider}"})
-    return metrics, runner
+        built = step.build(context)
+        step.gate(context, variant, built)
+        if step.after_gate is not None:
+            step.after_gate(context, variant, built)
+    except VariantFailed as failure:
+        return failure.entry
+    except (ImportError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        logger.debug("variant %s crashed", variant, exc_info=True)
+        return {"stage": "build", "reason": first_line(err),
+                **(built.attempts() if built is not None else {})}
+    return built
 
 
-def _tuning_failures(task: str, variant: str, metrics: dict[str, Any],
-                     thresholds: FidelityThresholds) -> list[str]:
-    """Threshold misses on the tuning pairs only: what a ladder may choose by."""
-    tuning = {key: value for key, value in metrics.items() if key != HELD_OUT}
-    return threshold_failures(task, variant, tuning, thresholds)
+def _publish_variants(request: ExportRequest, context: ExportContext,
+                      built: dict[str, BuiltVariant], failed: dict[str, dict[str, Any]],
+                      traced: _Traced, work_dir: Path) -> dict[str, VariantSpec]:
+    """Move the kept variants' files (and their extra files) out of scratch; their manifest entries.
+
+    Raises:
+        FidelityError: CPU variants were asked for and none passed.
+    """
+    kept = [variant for variant in request.variants if variant in built]
+    if not any(VARIANTS[variant].cpu for variant in kept) and any(
+            VARIANTS[variant].cpu for variant in request.variants):
+        raise FidelityError(
+            "no CPU variant passed validation: "
+            + "; ".join(f"{variant}: {entry['reason']}" for variant, entry in failed.items())
+            + ". Nothing was written")
+    scratch = work_dir / SCRATCH_DIR
+    specs = {}
+    for variant in kept:
+        facts = VARIANTS[variant]
+        extra_names = (*facts.extra_files, *(traced.graph_files if variant == "fp32" else ()))
+        for file_name in (facts.file, *extra_names):
+            os.replace(scratch / file_name, work_dir / file_name)
+        made = built[variant]
+        specs[variant] = VariantSpec(
+            file=facts.file, sha256=sha256_file(work_dir / facts.file),
+            size_bytes=sum((work_dir / file_name).stat().st_size
+                           for file_name in (facts.file, *extra_names)),
+            precision=facts.precision, opset=request.opset,
+            quantization=made.quantization, optimization=made.optimization,
+            fidelity={**made.fidelity,
+                      "thresholds": threshold_text(context.task, variant, request.thresholds)},
+            extra_files={file_name: sha256_file(work_dir / file_name) for file_name in extra_names},
+        )
+    shutil.rmtree(scratch)
+    return specs
 
 
-def _attempt(settings: dict[str, Any], metrics: dict[str, Any], passed: bool) -> dict[str, Any]:
-    kept = ("spearman", "spearman_per_query_mean", "top10_overlap", "top10_overlap_min",
-            "max_abs_diff", "cosine_min")
-    return {**settings, "passed_on_tuning": passed, "part": metrics.get("part"),
-            **{key: metrics[key] for key in kept if key in metrics}}
-
-
-def _openvino_bf16(path: Path, inputs: ValidationInputs, reference: np.ndarray, task: str,
-                   thresholds: FidelityThresholds, *, precision: str = "bf16",
-                   key: str = OPENVINO_BF16_KEY) -> dict[str, Any]:
-    """One OpenVINO file compiled with INFERENCE_PRECISION_HINT=bf16 (model.onnx as ``bf16``, the
-    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either)."""
-    try:
-        runner = open_model_file(path, backend="openvino", precision=precision)
-    except (ValueError, ImportError, ModelLoadError) as err:
-        return {"validated": False, "passed": False, "reason": str(err)}
-    outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
-    metrics = compare(inputs, reference, outputs)
-    failures = threshold_failures(task, key, metrics, thresholds)
-    metrics.update({
-        "validated": True, "validated_on": f"openvino {runner.info.provider}, "
-        "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
-        "thresholds": _threshold_text(task, key, thresholds)})
-    return metrics
-
-
-def _threshold_text(task: str, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
-    return {metric: f"{direction} {threshold:g}"
-            for metric, direction, threshold, _ in thresholds.checks(task, variant)}
-
-
-def _materialize(source: ModelSource, work_dir: Path, seed: int, show_progress: bool) -> Path:
-    if source.kind != "standin":
-        return Path(source.location)
-    checkpoint = work_dir / CHECKPOINT_DIR
-    if source.location == "rerank":
-        build_reranker_checkpoint(checkpoint, size="full", seed=seed, show_progress=show_progress)
-    else:
-        build_embedder_checkpoint(checkpoint, size="full", seed=seed)
-    return checkpoint
+def _model_spec(request: ExportRequest, source: ModelSource, traced: _Traced, *, name: str,
+                variants: dict[str, VariantSpec], failed: dict[str, dict[str, Any]],
+                prompt: dict[str, Any] | None, work_dir: Path) -> ModelSpec:
+    """The manifest of the finished export."""
+    loaded, family, task = traced.loaded, traced.family, source.task
+    config = loaded.config
+    tokenizer_files = {
+        path.name: sha256_file(path) for path in sorted(work_dir.iterdir())
+        if path.is_file() and path.suffix in (".json", ".txt", ".model")
+        and path.name != TOKENIZER_FILE and not path.name.endswith(".onnx")
+    }
+    source_entry = _source_entry(source, loaded, request.seed)
+    notes = STANDIN_NOTES if "standin" in source_entry and task == "rerank" else ""
+    if task == "embedding":
+        notes += EMBEDDING_NOTES
+    return ModelSpec(
+        name=name,
+        task=task,  # type: ignore[arg-type]
+        source=source_entry,
+        num_labels=family.num_labels(config, task),
+        max_length=traced.max_length,
+        activation="sigmoid" if task == "rerank" else "none",
+        relevance_trained=loaded.relevance_trained,
+        tokenizer_file=TOKENIZER_FILE,
+        tokenizer_sha256=sha256_file(work_dir / TOKENIZER_FILE),
+        tokenizer_files=tokenizer_files,
+        vocab_size=int(config.vocab_size),
+        pad_token_id=int(loaded.tokenizer.pad_token_id or 0),
+        variants=variants,
+        versions=_versions(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model_config={key: getattr(config, key, None) for key in MODEL_CONFIG_KEYS},
+        embedding_dim=int(config.hidden_size) if task == "embedding" else None,
+        graph_rewrites=traced.graph_rewrites,
+        prompt=prompt,
+        family=family.describe(config),
+        failed_variants=failed,
+        notes=notes.strip(),
+    )
 
 
 def _source_entry(source: ModelSource, loaded: LoadedModel, seed: int) -> dict[str, Any]:
@@ -379,349 +534,14 @@ def _source_entry(source: ModelSource, loaded: LoadedModel, seed: int) -> dict[s
     return entry
 
 
-def export_model(request: ExportRequest, *, show_progress: bool = False) -> ExportResult:
-    """Export, validate and publish one model directory (see onnxrank.engine.spec for the layout).
+def _versions() -> dict[str, str]:
+    import importlib.metadata as metadata
 
-    Everything is written to a hidden directory beside the target and renamed into place at the
-    end; on any error that directory is removed and an earlier export at the target is untouched.
-
-    Args:
-        request: What to export.
-        show_progress: Show a tqdm bar that ticks at each export step.
-
-    Returns:
-        The published directory and its manifest.
-
-    Raises:
-        ExportError: Loading, exporting or writing failed (message names the cause and the fix).
-        FidelityError: A variant missed its validation thresholds on the tuning or held-out pairs.
-        MissingDependencyError: The ``export`` (or ``standin``, or for ov_int8 ``openvino``)
-            extra is not installed.
-        ValueError: Bad request values.
-    """
-    source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
-    out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
-    progress = _Progress(show_progress)
-    work_dir = _prepare_work_dir(out_dir)
-    try:
-        spec = _export_into(request, source, work_dir, out_dir.name, progress)
-        _publish(work_dir, out_dir)
-    except BaseException:
-        shutil.rmtree(work_dir, ignore_errors=True)
-        raise
-    finally:
-        progress.close()
-    logger.info("exported %s to %s", request.model, out_dir)
-    return ExportResult(out_dir, spec)
-
-
-class _VariantFailed(Exception):
-    """A variant's build or gate failed: it is recorded in failed_variants and left out."""
-
-    def __init__(self, stage: str, reason: str, **details: Any) -> None:
-        super().__init__(reason)
-        self.entry = {"stage": stage, "reason": reason, **details}
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else 'no message'}"
-
-
-def _export_into(
-    request: ExportRequest, source: ModelSource, work_dir: Path, name: str, progress: _Progress,
-) -> ModelSpec:
-    """Every export step, top to bottom; intermediates go to a scratch directory.
-
-    fp32 is the reference graph: if it cannot be built or misses its gate, the export fails. Every
-    other variant is built and validated on its own: a crash or a missed gate is recorded in
-    ``failed_variants`` with its reason and the variant is left out, keeping the others.
-    """
-    task = source.task
-    scratch = work_dir / ".scratch"
-    scratch.mkdir()
-    paths = {variant: scratch / VARIANT_FILES[variant] for variant in VARIANT_NAMES}
-    settings: dict[str, dict[str, Any]] = {variant: {} for variant in VARIANT_NAMES}
-    fidelity: dict[str, dict[str, Any]] = {}
-    failed: dict[str, dict[str, Any]] = {}
-    if "ov_int8" in request.variants:  # fail before minutes of work, naming the extra to install
-        require("openvino", extra="openvino")
-        require("nncf", extra="export")
-
-    progress.step("checkpoint")
-    checkpoint = _materialize(source, work_dir, request.seed, progress.show)
-
-    progress.step("load")
-    loaded = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
-                             kind="local" if source.kind != "hub" else "hub", task=task,
-                             recipe=request.recipe)
-    config, family = loaded.config, loaded.family
-    wanted, not_applicable = applicable_variants(family, config, request.variants)
-    for variant, reason in not_applicable.items():
-        logger.warning("variant %s left out: %s", variant, reason)
-        failed[variant] = {"stage": "not applicable", "reason": reason}
-    layers = int(config.num_hidden_layers)
-    max_length = _resolve_max_length(request, loaded, task)
-    pad_id = int(loaded.tokenizer.pad_token_id or 0)
-
-    progress.step("export fp32")
-    graph_model, graph_rewrites = _graph_model(loaded, task, request.cls_only_last_layer)
-    try:
-        # external data files of a graph over protobuf's 2 GB (they move and hash with fp32)
-        graph_files = family.export_graph(family.graph_module(loaded, graph_model, task),
-                                          paths["fp32"], task=task,
-                                          input_names=loaded.input_names, opset=request.opset)
-    except Exception as err:
-        raise ExportError(
-            f"could not export the fp32 graph of {request.model} ({family.name} family, "
-            f"model_type {config.model_type!r}, inputs {', '.join(loaded.input_names)}): "
-            f"{_first_line(err)}; this model type needs a family module in "
-            "onnxrank.export.families that says how to trace it"
-        ) from err
-    del graph_model
-
-    progress.step("tokenizer and data")
-    loaded.tokenizer.save_pretrained(str(work_dir))
-    loaded.config.save_pretrained(str(work_dir))
-    prompt = family.prompt(loaded)
-    inputs = encode_validation(load_validation_pairs(request.validation_pairs),
-                               work_dir / TOKENIZER_FILE, task=task, max_length=max_length,
-                               pad_id=pad_id, prompt=prompt)
-    calibration = encode_validation(load_calibration_pairs(), work_dir / TOKENIZER_FILE, task=task,
-                                    max_length=max_length, pad_id=pad_id, prompt=prompt)
-    # the exporter drops an input the graph never reads (DeBERTa-v3's token_type_ids with
-    # type_vocab_size 0): what the file declares is what every step feeds
-    graph_inputs = _declared_inputs(paths["fp32"])
-
-    def only_graph_inputs(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        # every step that feeds a graph feeds what the graph declares (ModernBERT has no
-        # token_type_ids even when the pair encoder makes them)
-        return {key: feeds[key] for key in graph_inputs}
-
-    progress.step("reference")
-    reference = run_batches(inputs.batches(), _reference_runner(loaded, task), len(inputs.rows))
-    # the PyTorch weights are not needed past here: a 0.6B decoder's 2.4 GB would otherwise stay
-    # resident through every variant's session and the OpenVINO conversion
-    loaded = replace(loaded, model=None, reference=None)
-    gc.collect()
-
-    progress.step("validate fp32")
-    fidelity["fp32"], _ = _validate_file("fp32", paths["fp32"], inputs, reference)
-    fp32_failures = threshold_failures(task, "fp32", fidelity["fp32"], request.thresholds)
-    if fp32_failures:
-        check_thresholds(task, {"fp32": fidelity["fp32"]}, request.thresholds)
-    fidelity["fp32"][OPENVINO_BF16_KEY] = _openvino_bf16(paths["fp32"], inputs, reference, task,
-                                                         request.thresholds)
-
-    def gate(variant: str) -> None:
-        failures = threshold_failures(task, variant, fidelity[variant], request.thresholds)
-        if failures:
-            raise _VariantFailed("validation", "; ".join(failures), fidelity=fidelity.pop(variant))
-
-    # only the fused optimizer reads attention shapes: an unknown family may have no attention heads
-    def attention_shape() -> tuple[int, int]:
-        return int(config.num_attention_heads), int(config.hidden_size)
-
-    def build_opt() -> None:
-        if paths["opt"].is_file():
-            return
-        progress.step("build opt")
-        num_heads, hidden_size = attention_shape()
-        settings["opt"]["optimization"] = optimize_transformer(
-            paths["fp32"], paths["opt"], num_heads=num_heads, hidden_size=hidden_size,
-            model_type=family.ort_model_type or "bert")
-
-    def variant_opt() -> None:
-        build_opt()
-        progress.step("validate opt")
-        fidelity["opt"], _ = _validate_file("opt", paths["opt"], inputs, reference)
-        gate("opt")
-
-    def variant_fp16() -> None:
-        progress.step("build fp16")
-        num_heads, hidden_size = attention_shape()
-        settings["fp16"]["optimization"] = convert_fp16(
-            paths["fp32"], paths["fp16"], num_heads=num_heads, hidden_size=hidden_size,
-            model_type=family.ort_model_type)
-        progress.step("validate fp16")
-        fidelity["fp16"], _ = _validate_file("fp16", paths["fp16"], inputs, reference)
-        gate("fp16")
-
-    def variant_int8() -> None:
-        int8_recipes = family.int8_recipes(distinct_recipes(request.int8, layers=layers))
-        if any(r.method == "dynamic" for r in int8_recipes) and family.ort_model_type is not None:
-            build_opt()  # the dynamic recipes quantize the fused graph when there is one
-        calibration_batches = [only_graph_inputs(feeds) for feeds in calibration.padded_batches()]
-        attempts = []
-        for index, recipe in enumerate(int8_recipes):
-            progress.step(f"int8 recipe {index + 1} of {len(int8_recipes)}")
-            quantization = quantize_int8(
-                fp32_path=paths["fp32"], opt_path=paths["opt"] if paths["opt"].is_file() else None,
-                out_path=paths["int8"], settings=recipe,
-                calibration=calibration_batches if recipe.method == "static" else None)
-            if not quantization["quantized_nodes"]:
-                # the recipe's op types are not in this graph (a fused Attention in a family
-                # the optimizer does not fuse): the file is fp32 and must not pass as int8
-                attempts.append({**quantization, "passed_on_tuning": False,
-                                 "skipped": "no operator of this graph was quantized"})
-                continue
-            metrics, runner = _validate_file("int8", paths["int8"], inputs, reference)
-            passed = not _tuning_failures(task, "int8", metrics, request.thresholds)
-            attempts.append(_attempt(quantization, metrics, passed))
-            if passed:
-                break
-            logger.info("int8 recipe %s missed the thresholds on the tuning pairs", recipe)
-        if "skipped" in attempts[-1]:
-            raise _VariantFailed("quantization", "the last int8 recipe quantized no operator of "
-                                 "this graph and every earlier one missed the thresholds on the "
-                                 "tuning pairs", attempts=attempts)
-        if recipe.method == "dynamic":
-            metrics.update(batch_dependence(runner.run, inputs))
-        fidelity["int8"] = metrics
-        settings["int8"]["quantization"] = {**quantization, "attempts": attempts}
-        gate("int8")
-
-    def variant_ov_int8() -> None:
-        if family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
-            progress.step("ov_int8 weight-only")
-            settings["ov_int8"]["quantization"] = compress_openvino_int8_weights(
-                paths["fp32"], paths["ov_int8"])
-            fidelity["ov_int8"], _ = _validate_file("ov_int8", paths["ov_int8"], inputs, reference)
-            gate("ov_int8")
-            return
-        items = [only_graph_inputs(feeds) for feeds in calibration.single_rows()]
-        ov_recipes = distinct_ov_recipes(request.ov_int8, task=task, layers=layers)
-        attempts = []
-        for index, ov_recipe in enumerate(ov_recipes):
-            progress.step(f"ov_int8 recipe {index + 1} of {len(ov_recipes)}")
-            quantization = quantize_openvino_int8(
-                fp32_path=paths["fp32"], out_path=paths["ov_int8"], settings=ov_recipe,
-                calibration=items, layers=layers)
-            metrics, runner = _validate_file("ov_int8", paths["ov_int8"], inputs, reference)
-            passed = not _tuning_failures(task, "ov_int8", metrics, request.thresholds)
-            attempts.append(_attempt(quantization, metrics, passed))
-            if passed:
-                break
-            logger.info("ov_int8 recipe %s missed the thresholds on the tuning pairs", ov_recipe)
-        # static scales: a row's score should not depend on its batch mates; measured, not assumed
-        metrics.update(batch_dependence(runner.run, inputs))
-        fidelity["ov_int8"] = metrics
-        settings["ov_int8"]["quantization"] = {**quantization, "attempts": attempts}
-        gate("ov_int8")
-        progress.step("validate ov_int8 with bf16")
-        from onnxrank.engine.backends.openvino import cpu_capabilities
-
-        capabilities = cpu_capabilities()
-        metrics[OPENVINO_INT8_BF16_KEY] = _openvino_bf16(
-            paths["ov_int8"], inputs, reference, task, request.thresholds,
-            precision=OPENVINO_INT8_BF16_PRECISION, key=OPENVINO_INT8_BF16_KEY,
-        ) if "BF16" in capabilities else {
-            "validated": False, "passed": False,
-            "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
-                      f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
-
-    steps: dict[str, Callable[[], None]] = {
-        "opt": variant_opt, "fp16": variant_fp16, "int8": variant_int8, "ov_int8": variant_ov_int8}
-    for variant in ("opt", "fp16", "int8", "ov_int8"):
-        if variant not in wanted:
-            continue
+    versions = {}
+    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
+                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
         try:
-            steps[variant]()
-        except _VariantFailed as failure:
-            failed[variant] = {**failure.entry, **_recorded_attempts(settings[variant])}
-        except (ImportError, KeyboardInterrupt):
-            raise
-        except Exception as err:  # one variant's crash (NNCF, OpenVINO, onnxruntime) loses only it
-            logger.debug("variant %s crashed", variant, exc_info=True)
-            failed[variant] = {"stage": "build", "reason": _first_line(err),
-                               **_recorded_attempts(settings[variant])}
-        if variant in failed:
-            fidelity.pop(variant, None)
-            logger.warning("variant %s left out: %s", variant, failed[variant]["reason"])
-
-    progress.step("manifest")
-    kept_names = [variant for variant in request.variants if variant in fidelity]
-    if not any(variant in CPU_VARIANTS for variant in kept_names) and (
-            set(request.variants) & set(CPU_VARIANTS)):
-        raise FidelityError(
-            "no CPU variant passed validation: "
-            + "; ".join(f"{variant}: {entry['reason']}" for variant, entry in failed.items())
-            + ". Nothing was written")
-    variants = {}
-    for variant in kept_names:
-        final = work_dir / VARIANT_FILES[variant]
-        os.replace(paths[variant], final)
-        extra_files, size = {}, final.stat().st_size
-        for data_name in graph_files if variant == "fp32" else ():
-            os.replace(scratch / data_name, work_dir / data_name)
-            extra_files[data_name] = sha256_file(work_dir / data_name)
-            size += (work_dir / data_name).stat().st_size
-        if variant == "ov_int8":
-            weights = weights_path(final)
-            os.replace(weights_path(paths[variant]), weights)
-            extra_files[weights.name] = sha256_file(weights)
-            size += weights.stat().st_size
-        variants[variant] = VariantSpec(
-            file=final.name, sha256=sha256_file(final), size_bytes=size,
-            precision=VARIANT_PRECISION[variant], opset=request.opset,  # type: ignore[arg-type]
-            quantization=settings[variant].get("quantization"),
-            optimization=settings[variant].get("optimization"),
-            fidelity={**fidelity[variant],
-                      "thresholds": _threshold_text(task, variant, request.thresholds)},
-            extra_files=extra_files,
-        )
-    shutil.rmtree(scratch)
-    tokenizer_files = {
-        path.name: sha256_file(path) for path in sorted(work_dir.iterdir())
-        if path.is_file() and path.suffix in (".json", ".txt", ".model")
-        and path.name != TOKENIZER_FILE and not path.name.endswith(".onnx")
-    }
-    source_entry = _source_entry(source, loaded, request.seed)
-    notes = STANDIN_NOTES if "standin" in source_entry and task == "rerank" else ""
-    if task == "embedding":
-        notes += ("Embedding model: the graph outputs mean-pooled, L2-normalised embeddings "
-                  "(output 'embeddings'); num_labels is unused.")
-    spec = ModelSpec(
-        name=name,
-        task=task,  # type: ignore[arg-type]
-        source=source_entry,
-        # a decoder's graph has one output (yes - no) whatever its config's num_labels says
-        num_labels=int(config.num_labels) if task == "rerank" and prompt is None else 1,
-        max_length=max_length,
-        activation="sigmoid" if task == "rerank" else "none",
-        relevance_trained=loaded.relevance_trained,
-        tokenizer_file=TOKENIZER_FILE,
-        tokenizer_sha256=sha256_file(work_dir / TOKENIZER_FILE),
-        tokenizer_files=tokenizer_files,
-        vocab_size=int(config.vocab_size),
-        pad_token_id=pad_id,
-        variants=variants,
-        versions=_versions(),
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        model_config={key: getattr(config, key, None) for key in (
-            "model_type", "architectures", "hidden_size", "num_hidden_layers",
-            "num_attention_heads", "intermediate_size", "max_position_embeddings",
-            "type_vocab_size")},
-        embedding_dim=int(config.hidden_size) if task == "embedding" else None,
-        graph_rewrites=graph_rewrites,
-        prompt=prompt,
-        family=family.describe(config),
-        failed_variants=failed,
-        notes=notes.strip(),
-    )
-    write_manifest(spec, work_dir)
-    return spec
-
-
-def _declared_inputs(path: Path) -> tuple[str, ...]:
-    """The input names an ONNX file declares (weights in external files are not read)."""
-    onnx = require("onnx", extra="export")
-    graph = onnx.load(str(path), load_external_data=False).graph
-    initializers = {tensor.name for tensor in graph.initializer}
-    return tuple(node.name for node in graph.input if node.name not in initializers)
-
-
-def _recorded_attempts(settings: dict[str, Any]) -> dict[str, Any]:
-    """The ladder attempts a failed variant made, for its failed_variants entry."""
-    quantization = settings.get("quantization") or {}
-    return {"attempts": quantization["attempts"]} if "attempts" in quantization else {}
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions

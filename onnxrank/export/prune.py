@@ -16,35 +16,30 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from onnxrank._optional import require
 
 logger = logging.getLogger(__name__)
 
-# Sequence-classification heads that read position 0 of the last hidden state and nothing else:
-# BertForSequenceClassification through its pooler (hidden[:, 0]), the others in their
-# ClassificationHead (features[:, 0, :]).
-CLS_HEAD_CLASSES = (
-    "BertForSequenceClassification",
-    "RobertaForSequenceClassification",
-    "XLMRobertaForSequenceClassification",
-    "ElectraForSequenceClassification",
-)
-
-
-def cls_only_support(model: Any) -> str | None:
+def cls_only_support(model: Any, head_classes: Sequence[str]) -> str | None:
     """Why `model` cannot be pruned to its [CLS] row, or None when it can.
 
-    1. The model class must be one whose head reads only position 0 (CLS_HEAD_CLASSES).
+    Args:
+        model: The ``*ForSequenceClassification`` model.
+        head_classes: The model classes whose head reads position 0 of the last hidden state and
+            nothing else (its family's ``cls_head_classes``).
+
+    1. The model class must be one of `head_classes`.
     2. It must be an encoder (not ``is_decoder``) with eager attention, because the rewrite drives
        the eager self-attention module's cross-attention path.
     3. Its last layer must have the BERT layer structure (attention.self with query/key/value,
        attention.output, feed_forward_chunk).
     """
     name = type(model).__name__
-    if name not in CLS_HEAD_CLASSES:
-        return f"{name} is not one of {', '.join(CLS_HEAD_CLASSES)}"
+    if name not in head_classes:
+        return f"{name} is not one of {', '.join(head_classes) or 'no class'}"
     config = model.config
     if getattr(config, "is_decoder", False):
         return "the model is a decoder"
@@ -64,7 +59,7 @@ def cls_only_support(model: Any) -> str | None:
     return None
 
 
-def cls_only_model(model: Any) -> Any:
+def cls_only_model(model: Any, head_classes: Sequence[str]) -> Any:
     """A deep copy of `model` whose last encoder layer computes the [CLS] row only.
 
     The copy's last hidden state is [batch, 1, hidden]; the classification head sees the same
@@ -74,7 +69,7 @@ def cls_only_model(model: Any) -> Any:
         ValueError: `model` cannot be pruned (the message says why; see cls_only_support).
     """
     torch = require("torch", extra="export")
-    reason = cls_only_support(model)
+    reason = cls_only_support(model, head_classes)
     if reason is not None:
         raise ValueError(f"cannot prune the last layer to [CLS] only: {reason}")
 

@@ -230,7 +230,13 @@ def quantize_int8(
         }
     if calibration is None:
         raise ValueError("static int8 quantization needs calibration batches; got None")
-    batches = list(calibration)
+    return _quantize_static(fp32_path, out_path, settings, list(calibration))
+
+
+def _quantize_static(fp32_path: Path, out_path: Path, settings: Int8Settings,
+                     batches: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Static QDQ int8 of the plain fp32 graph, MinMax-calibrated on `batches`."""
+    quantization = require("onnxruntime.quantization", extra="export")
 
     class Reader(quantization.CalibrationDataReader):  # type: ignore[name-defined]
         def __init__(self) -> None:

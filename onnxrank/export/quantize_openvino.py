@@ -106,6 +106,14 @@ def distinct_ov_recipes(recipes: Sequence[OvInt8Settings], *, task: str,
     return tuple(dict.fromkeys(fitted))
 
 
+def _kept_fp32(fp32_path: Path, settings: OvInt8Settings, *, up: int, down: int) -> list[str]:
+    """The node names a recipe keeps in fp32 (NNCF's ignored scope)."""
+    return ((ffn_up_projections(fp32_path)[-up:] if up else [])
+            + (ffn_down_projections(fp32_path)[-down:] if down else [])
+            + (activation_matmuls(fp32_path) if settings.fp32_attention_products else [])
+            + (head_projections(fp32_path) if settings.fp32_head else []))
+
+
 def quantize_openvino_int8(
     *,
     fp32_path: Path,
@@ -142,10 +150,7 @@ def quantize_openvino_int8(
     model = openvino.Core().read_model(str(fp32_path))
     up = min(settings.fp32_ffn_up_layers, layers)
     down = min(settings.fp32_ffn_down_layers, layers)
-    kept_fp32 = ((ffn_up_projections(fp32_path)[-up:] if up else [])
-                 + (ffn_down_projections(fp32_path)[-down:] if down else [])
-                 + (activation_matmuls(fp32_path) if settings.fp32_attention_products else [])
-                 + (head_projections(fp32_path) if settings.fp32_head else []))
+    kept_fp32 = _kept_fp32(fp32_path, settings, up=up, down=down)
     overflow_fix = OverflowFix.ENABLE if settings.overflow_fix_all_layers else OverflowFix.FIRST_LAYER
     advanced = AdvancedQuantizationParameters(overflow_fix=overflow_fix)
     if settings.smooth_quant_alpha is not None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from onnxrank._optional import require
-from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.errors import ExportError
 from onnxrank.export.families import Family, family_for
+from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
@@ -109,33 +109,6 @@ def content_sha256(directory: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """A checkpoint loaded for export.
-
-    Attributes:
-        model: ``*ForSequenceClassification`` (rerank) or ``AutoModel`` (embedding), eval, eager attention.
-        tokenizer: The transformers fast tokenizer (saved next to the ONNX files).
-        config: The transformers config.
-        input_names: Graph inputs the model takes (the family's answer for this tokenizer).
-        source: The manifest's ``source`` entry.
-        reference: sentence-transformers model for embedding validation, else None.
-        relevance_trained: Whether scores are meaningful relevance (False for stand-ins).
-        family: The model family (onnxrank.export.families) chosen by config.model_type.
-        recipe: Decoder rerankers: the scoring recipe (onnxrank.export.recipes); else None.
-    """
-
-    model: Any
-    tokenizer: Any
-    config: Any
-    input_names: tuple[str, ...]
-    source: dict[str, Any]
-    reference: Any
-    relevance_trained: bool
-    family: Family
-    recipe: PromptRecipe | None = None
-
-
 def _hub_error(model_id: str, err: Exception) -> ExportError:
     first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return ExportError(
@@ -169,13 +142,50 @@ def _check_embedding_pooling(directory: Path | None) -> None:
         )
 
 
+def _check_cross_encoder(config: Any, location: str) -> None:
+    """A reranker that is no decoder must be a ``*ForSequenceClassification`` with one label."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise ExportError(
+            f"{location} has no sequence-classification head (architectures: "
+            f"{', '.join(architectures) or 'none'}); a reranker must be a cross-encoder "
+            "(*ForSequenceClassification with num_labels=1); for an embedding model pass "
+            "--task embedding"
+        )
+    if config.num_labels != 1:
+        raise ExportError(
+            f"{location} has num_labels={config.num_labels} (labels: "
+            f"{', '.join(map(str, config.id2label.values()))}); onnxrank scores each pair with "
+            "one relevance logit, so only num_labels=1 cross-encoders can be exported, e.g. "
+            f"{DEFAULT_MODEL}"
+        )
+
+
+def _source_record(location: str, directory: Path | None,
+                   config: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The manifest's ``source`` entry of a checkpoint, and its stand-in marker (or None)."""
+    marker = read_marker(directory) if directory is not None else None
+    if directory is not None:
+        source: dict[str, Any] = {"kind": "local", "path": str(directory),
+                                  "content_sha256": content_sha256(directory)}
+    else:
+        source = {"kind": "hub", "model_id": location,
+                  "revision": getattr(config, "_commit_hash", None)}
+    if marker is not None:
+        source["standin"] = marker
+    return source, marker
+
+
 def load_checkpoint(location: str, *, kind: SourceKind, task: str,
-                    recipe: str | None = None) -> LoadedModel:
+                    recipe: str | None = None) -> tuple[LoadedModel, Family]:
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
 
     Args:
         recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
             built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
+
+    Returns:
+        The loaded checkpoint and its family (onnxrank.export.families, by config.model_type).
 
     Raises:
         ExportError: Hub unreachable or model unknown, not a checkpoint, num_labels != 1, no
@@ -194,7 +204,6 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
         if not local:
             raise _hub_error(location, err) from err
         raise ExportError(f"could not read the config of {location}: {err}") from err
-    architectures = list(getattr(config, "architectures", None) or [])
     family = family_for(config)
     prompt_recipe = resolve_recipe(recipe, model=location) if task == "rerank" else None
     if prompt_recipe is not None and not family.uses_recipe:
@@ -203,20 +212,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
             f"prompt); {location} is a {config.model_type!r} model: drop --recipe"
         )
     if task == "rerank" and not family.uses_recipe:
-        if not any(name.endswith("ForSequenceClassification") for name in architectures):
-            raise ExportError(
-                f"{location} has no sequence-classification head (architectures: "
-                f"{', '.join(architectures) or 'none'}); a reranker must be a cross-encoder "
-                "(*ForSequenceClassification with num_labels=1); for an embedding model pass "
-                "--task embedding"
-            )
-        if config.num_labels != 1:
-            raise ExportError(
-                f"{location} has num_labels={config.num_labels} (labels: "
-                f"{', '.join(map(str, config.id2label.values()))}); onnxrank scores each pair with "
-                "one relevance logit, so only num_labels=1 cross-encoders can be exported, e.g. "
-                f"{DEFAULT_MODEL}"
-            )
+        _check_cross_encoder(config, location)
     if task == "embedding":
         _check_embedding_pooling(directory)
     try:
@@ -243,15 +239,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
         reference = sentence_transformers.SentenceTransformer(
             location, device="cpu", local_files_only=local
         ).eval()
-    marker = read_marker(directory) if directory is not None else None
-    if directory is not None:
-        source: dict[str, Any] = {"kind": "local", "path": str(directory),
-                                  "content_sha256": content_sha256(directory)}
-    else:
-        source = {"kind": "hub", "model_id": location,
-                  "revision": getattr(config, "_commit_hash", None)}
-    if marker is not None:
-        source["standin"] = marker
+    source, marker = _source_record(location, directory, config)
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
     return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,
-                       family, prompt_recipe)
+                       prompt_recipe), family

@@ -31,6 +31,7 @@ from onnxrank.engine.kinds import row_encoder
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import FidelityError
 from onnxrank.options import field_flag
 
@@ -55,8 +56,11 @@ HELD_OUT_GROUPS = ("cranfield:12", "cranfield:57", "cranfield:74", "cranfield:87
 SUBSET_HELD_OUT_SHARE = 1 / 3
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
-# variants judged on rankings rather than on score differences
-INT8_VARIANTS = ("int8", "ov_int8", "openvino_bf16", "openvino_int8_bf16")
+# variants judged on rankings rather than on score differences: the int8 files, and the bf16 runs
+# that keep their own fidelity record (neither is bit-faithful)
+INT8_VARIANTS = (*(facts.name for facts in VARIANTS.values() if facts.precision == "int8"),
+                 *(run.fidelity_key for facts in VARIANTS.values() for run in facts.runs_as
+                   if run.fidelity_key is not None))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from onnxrank.engine.backends.base import Backend, CompileCache, DeviceInfo, ModelRunner
 from onnxrank.engine.devices import CPU_PROVIDER, CUDA_PROVIDER, cuda_missing_message
+from onnxrank.engine.variants import backend_variants
 from onnxrank.errors import DeviceUnavailableError, InferenceError, ModelLoadError
 from onnxrank.types import Device
 
@@ -66,7 +67,7 @@ class OnnxruntimeBackend(Backend):
     """onnxruntime's CPU and CUDA execution providers on the .onnx variants."""
 
     name = "onnxruntime"
-    variants = {"fp32": "fp32", "opt": "opt", "int8": "int8", "fp16": "fp16"}
+    variants = backend_variants("onnxruntime")
     # int8 is CPU-only: the CUDA provider lacks int8 kernels for most ops, so CUDA never picks it.
     preference = {Device.CPU: ("int8", "opt", "fp32"), Device.CUDA: ("fp16", "opt", "fp32")}
 

@@ -26,6 +26,7 @@ from onnxrank.engine.backends.base import (
     ModelRunner,
 )
 from onnxrank.engine.devices import cpu_model
+from onnxrank.engine.variants import backend_variants, fidelity_keys
 from onnxrank.errors import InferenceError, ModelLoadError
 from onnxrank.types import Device
 
@@ -37,8 +38,8 @@ logger = logging.getLogger(__name__)
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32", "int8+bf16": "bf16"}
 # The export's fidelity records of the precisions that run a variant's file differently from how
 # its own gate measured it: under variants.fp32.fidelity and variants.ov_int8.fidelity.
-BF16_FIDELITY_KEY = "openvino_bf16"
-INT8_BF16_FIDELITY_KEY = "openvino_int8_bf16"
+BF16_FIDELITY_KEY = fidelity_keys("openvino")["bf16"]
+INT8_BF16_FIDELITY_KEY = fidelity_keys("openvino")["int8+bf16"]
 
 _core_lock = threading.Lock()
 _core: Any = None
@@ -104,11 +105,11 @@ class OpenvinoBackend(Backend):
     """OpenVINO's CPU plugin on model.onnx (f32, bf16) and the NNCF int8 IR (int8, int8+bf16)."""
 
     name = "openvino"
-    variants = {"fp32": "fp32", "bf16": "fp32", "int8": "ov_int8", "int8+bf16": "ov_int8"}
+    variants = backend_variants("openvino")
     preference = {Device.CPU: ("int8", "int8+bf16", "bf16", "fp32")}
     # int8, int8+bf16 and bf16 trade places with the CPU (VNNI vs AVX-512 BF16 vs AMX): time them
     auto_candidates = 3
-    gate_records = {"bf16": BF16_FIDELITY_KEY, "int8+bf16": INT8_BF16_FIDELITY_KEY}
+    gate_records = fidelity_keys("openvino")
 
     def unavailable_reason(self, device: Device, precision: str) -> str | None:
         if device is not Device.CPU:

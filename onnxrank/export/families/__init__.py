@@ -15,7 +15,7 @@ from typing import Any
 from onnxrank.export.families.base import Family, applicable_variants
 from onnxrank.export.families.unknown import UnknownFamily
 
-NOT_FAMILY_MODULES = ("base", "unknown")
+NOT_FAMILY_MODULES = ("base", "checkpoint_config", "unknown")
 
 
 @cache

@@ -23,8 +23,9 @@ from onnxrank.engine.spec import VARIANT_NAMES
 if TYPE_CHECKING:
     import torch
 
+    from onnxrank.export.families.checkpoint_config import CheckpointConfig
+    from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
-    from onnxrank.export.source import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ class Family:
             family's graph (variants opt and fp16), or None when it knows none.
         ov_int8_mode: ``static`` (NNCF post-training quantization, calibrated) or ``weight_only``
             (NNCF compress_weights, activations in float).
+        cls_head_classes: The ``*ForSequenceClassification`` classes whose head reads position 0
+            of the last hidden state and nothing else: the [CLS]-only last layer of
+            onnxrank.export.prune applies to them (BERT's pooler reads hidden[:, 0]).
+        checkpoint: How its random-weight test (tiny) and bench (full) checkpoints are made
+            (onnxrank.bench.family_checkpoints); None for families without them.
         known: False for the fallback of an unknown model_type (fp32 only).
         uses_recipe: True for decoder rerankers, which score through a prompt recipe
             (``--recipe``; LoadedModel.recipe); a recipe given for any other family is an error.
@@ -54,6 +60,8 @@ class Family:
     examples: tuple[str, ...] = ()
     ort_model_type: str | None = "bert"
     ov_int8_mode: OvInt8Mode = "static"
+    cls_head_classes: tuple[str, ...] = ("BertForSequenceClassification",)
+    checkpoint: CheckpointConfig | None = None
     known = True
     uses_recipe = False
 
@@ -127,13 +135,13 @@ class Family:
         """Why the last layer cannot be computed for the [CLS] row only, or None when it can."""
         from onnxrank.export.prune import cls_only_support
 
-        return cls_only_support(model)
+        return cls_only_support(model, self.cls_head_classes)
 
     def cls_only_model(self, model: Any) -> Any:
         """A copy of `model` whose last layer computes the [CLS] row only (exact)."""
         from onnxrank.export.prune import cls_only_model
 
-        return cls_only_model(model)
+        return cls_only_model(model, self.cls_head_classes)
 
     # -- variants and encoding ----------------------------------------------------------------
     def variant_reasons(self, config: Any) -> dict[str, str]:
@@ -152,6 +160,11 @@ class Family:
         """A prompt recipe (ModelSpec.prompt) for decoder rerankers; None = the tokenizer's own
         pair template through onnxrank.engine.tokenize.PairEncoder."""
         return None
+
+    def num_labels(self, config: Any, task: str) -> int:
+        """The graph's outputs per row (the manifest's num_labels): a rerank head's labels; an
+        embedding graph's is unused (1)."""
+        return int(config.num_labels) if task == "rerank" else 1
 
     def describe(self, config: Any) -> dict[str, Any]:
         """The manifest's ``family`` entry."""

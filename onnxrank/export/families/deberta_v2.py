@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnxrank.export.families.base import Family
+from onnxrank.export.families.checkpoint_config import CheckpointConfig, TokenizerKind
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +73,29 @@ class DebertaV2Family(Family):
     examples = ("mixedbread-ai/mxbai-rerank-base-v1", "mixedbread-ai/mxbai-rerank-large-v1",
                 "mixedbread-ai/mxbai-rerank-xsmall-v1")
     ort_model_type = None
+    # microsoft/deberta-v3-base's shape
+    checkpoint = CheckpointConfig(
+        published_model="mixedbread-ai/mxbai-rerank-base-v1", config_class="DebertaV2Config",
+        architecture="DebertaV2ForSequenceClassification",
+        full={"vocab_size": 128100, "hidden_size": 768, "num_hidden_layers": 12,
+              "num_attention_heads": 12, "intermediate_size": 3072,
+              "max_position_embeddings": 512, "relative_attention": True,
+              "position_buckets": 256, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+              "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
+              "type_vocab_size": 0, "max_relative_positions": -1, "layer_norm_eps": 1e-7,
+              "pooler_hidden_size": 768},
+        tiny={"pooler_hidden_size": None},
+        tokenizer=TokenizerKind("unigram", ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"), "bert",
+                                "DebertaV2TokenizerFast"))
+
+    def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
+        """The tokenizer's inputs, less token_type_ids when the model has no token type
+        embeddings (DeBERTa-v3: type_vocab_size 0): the model never reads them, and the exporter
+        would drop them from the graph."""
+        names = super().input_names(tokenizer, config)
+        if int(getattr(config, "type_vocab_size", 0) or 0) > 0:
+            return names
+        return tuple(name for name in names if name != "token_type_ids")
 
     def max_positions(self, config: Any) -> int:
         # relative attention alone (v3: position_biased_input false) has no absolute table, but

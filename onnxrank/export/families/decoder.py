@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     import torch
 
     from onnxrank.engine.recipe import PromptRecipe
+    from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
-    from onnxrank.export.source import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +234,10 @@ class DecoderFamily(Family):
         # nothing and pass as "int8". Only the recipes on every op apply.
         return tuple(recipe for recipe in recipes
                      if recipe.op_types is None and recipe.fp32_ffn_up_layers == 0)
+
+    def num_labels(self, config: Any, task: str) -> int:
+        # one output (yes - no) whatever the config's num_labels says
+        return 1
 
     def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
         yes, no = self.answer_ids(loaded)

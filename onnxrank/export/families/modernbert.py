@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from onnxrank.export.families.base import Family
+from onnxrank.export.families.checkpoint_config import BERT_SPECIAL_TOKENS, CheckpointConfig, TokenizerKind
 
 
 class ModernBertFamily(Family):
@@ -18,6 +19,20 @@ class ModernBertFamily(Family):
     model_types = ("modernbert",)
     examples = ("Alibaba-NLP/gte-reranker-modernbert-base",)
     ort_model_type = None
+    # answerdotai/ModernBERT-base's shape
+    checkpoint = CheckpointConfig(
+        published_model="Alibaba-NLP/gte-reranker-modernbert-base",
+        config_class="ModernBertConfig", architecture="ModernBertForSequenceClassification",
+        full={"vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22,
+              "num_attention_heads": 12, "intermediate_size": 1152,
+              "max_position_embeddings": 8192, "global_attn_every_n_layers": 3,
+              "local_attention": 128, "global_rope_theta": 160000.0,
+              "local_rope_theta": 10000.0},
+        tiny={"global_attn_every_n_layers": 2, "local_attention": 16},
+        tokenizer=TokenizerKind("byte_bpe", BERT_SPECIAL_TOKENS, "bert",
+                                "PreTrainedTokenizerFast", token_types=False),
+        special_ids={"cls_token_id": "cls_token_id", "sep_token_id": "sep_token_id",
+                     "bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"})
 
     def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
         # ModernBertModel.forward takes no token_type_ids, whatever the tokenizer returns

@@ -1,0 +1,109 @@
+"""The gate every variant passes: run its file through the engine's runtime layer, compare it
+with the PyTorch reference, and check the fidelity thresholds."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from onnxrank.engine.runtime import open_model_file
+from onnxrank.engine.variants import VARIANTS
+from onnxrank.errors import ExportError, InferenceError, ModelLoadError
+from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
+from onnxrank.export.validate import (
+    HELD_OUT,
+    FidelityThresholds,
+    compare,
+    run_batches,
+    threshold_failures,
+)
+
+logger = logging.getLogger(__name__)
+
+# the metrics of a ladder's attempt that its manifest record keeps
+ATTEMPT_METRICS = ("spearman", "spearman_per_query_mean", "top10_overlap", "top10_overlap_min",
+                   "max_abs_diff", "cosine_min")
+
+
+def validate_file(context: ExportContext, variant: str) -> tuple[dict[str, Any], Any]:
+    """Run one variant's file as its gate runs it (the first of its facts' ``runs_as``) and
+    compare it with the reference.
+
+    Returns:
+        The fidelity metrics and the runner (None when the CPU cannot run the file and the
+        variant does not run on a CPU: fp16).
+
+    Raises:
+        ExportError: A CPU variant's file could not be opened or run.
+    """
+    facts = VARIANTS[variant]
+    backend, precision = facts.runs_as[0].backend, facts.runs_as[0].precision
+    path = context.paths[variant]
+    inputs = context.inputs
+    try:
+        runner = open_model_file(path, backend=backend, precision=precision)
+        outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
+    except (ModelLoadError, InferenceError) as err:
+        if facts.cpu:
+            raise ExportError(f"{backend} could not run {path.name}: {err}") from err
+        reason = str(err).strip().splitlines()[0]
+        logger.warning("%s variant cannot run on CPU (%s); validate it on a GPU", variant, reason)
+        return {"validated": False, "validated_on": None,
+                "reason": f"CPUExecutionProvider cannot run it ({reason}); fidelity can only be "
+                          "checked on a GPU with onnxruntime-gpu"}, None
+    metrics = compare(inputs, context.reference, outputs)
+    metrics.update({"validated": True,
+                    "validated_on": f"{runner.info.backend} {runner.info.provider}"})
+    return metrics, runner
+
+
+def gate_on_thresholds(context: ExportContext, variant: str, built: BuiltVariant) -> None:
+    """Every variant's gate: its fidelity meets the thresholds on both parts.
+
+    Raises:
+        VariantFailed: A metric misses its threshold (stage ``validation``).
+    """
+    failures = threshold_failures(context.task, variant, built.fidelity, context.thresholds)
+    if failures:
+        raise VariantFailed("validation", "; ".join(failures), fidelity=built.fidelity,
+                            **built.attempts())
+
+
+def tuning_failures(context: ExportContext, variant: str, metrics: dict[str, Any]) -> list[str]:
+    """Threshold misses on the tuning pairs only: what a ladder may choose by."""
+    tuning = {key: value for key, value in metrics.items() if key != HELD_OUT}
+    return threshold_failures(context.task, variant, tuning, context.thresholds)
+
+
+def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],
+                   passed: bool) -> dict[str, Any]:
+    """One ladder rung's manifest record: its quantization record and its tuning metrics."""
+    return {**quantization, "passed_on_tuning": passed, "part": metrics.get("part"),
+            **{key: metrics[key] for key in ATTEMPT_METRICS if key in metrics}}
+
+
+def bf16_record(context: ExportContext, path: Path, *, precision: str,
+                key: str) -> dict[str, Any]:
+    """One OpenVINO file compiled with INFERENCE_PRECISION_HINT=bf16 (model.onnx as ``bf16``, the
+    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either); stored in its
+    variant's fidelity under `key`."""
+    try:
+        runner = open_model_file(path, backend="openvino", precision=precision)
+    except (ValueError, ImportError, ModelLoadError) as err:
+        return {"validated": False, "passed": False, "reason": str(err)}
+    inputs = context.inputs
+    outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
+    metrics = compare(inputs, context.reference, outputs)
+    failures = threshold_failures(context.task, key, metrics, context.thresholds)
+    metrics.update({
+        "validated": True, "validated_on": f"openvino {runner.info.provider}, "
+        "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
+        "thresholds": threshold_text(context.task, key, context.thresholds)})
+    return metrics
+
+
+def threshold_text(task: str, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
+    """The manifest's ``thresholds`` of a fidelity record: metric -> "<= 0.01" / ">= 0.98"."""
+    return {metric: f"{direction} {threshold:g}"
+            for metric, direction, threshold, _ in thresholds.checks(task, variant)}

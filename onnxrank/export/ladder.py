@@ -1,0 +1,74 @@
+"""One ladder runner for every quantizer: try recipes in order until one meets the thresholds.
+
+A quantizer's ladder is a list of Rungs (its recipes, bound to their quantize call); `run_ladder`
+quantizes and validates each in turn, chooses on the tuning pairs only, records every attempt in
+the kept variant's ``quantization.attempts`` (or in its failed_variants entry), and leaves the
+final gate on both parts to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
+from onnxrank.export.gate import attempt_record, tuning_failures, validate_file
+from onnxrank.export.validate import batch_dependence
+
+logger = logging.getLogger(__name__)
+
+SKIPPED = "no operator of this graph was quantized"
+
+
+@dataclass(frozen=True, slots=True)
+class Rung:
+    """One recipe of a quantizer's ladder.
+
+    Attributes:
+        recipe: The quantizer's settings (named in the log when the rung misses).
+        quantize: Writes the variant's file and returns its ``quantization`` record; a record with
+            ``quantized_nodes`` 0 means the recipe's operators are absent from the graph (the
+            file is still fp32) and the rung is skipped.
+        batch_dependent: Measure how much a row's score depends on its batch mates on the kept
+            file (``batch_1_vs_64_max_abs_diff``).
+    """
+
+    recipe: Any
+    quantize: Callable[[], dict[str, Any]]
+    batch_dependent: bool = True
+
+
+def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> BuiltVariant:
+    """Quantize and validate `rungs` in order until one meets the thresholds on the tuning pairs.
+
+    The last rung tried is kept whether or not it passed: the caller's gate judges it on both
+    parts.
+
+    Raises:
+        VariantFailed: The last rung quantized nothing (stage ``quantization``, with every
+            attempt).
+    """
+    attempts: list[dict[str, Any]] = []
+    metrics: dict[str, Any] = {}
+    runner: Any = None
+    for index, rung in enumerate(rungs):
+        context.progress.step(f"{variant} recipe {index + 1} of {len(rungs)}")
+        quantization = rung.quantize()
+        if quantization.get("quantized_nodes") == 0:
+            attempts.append({**quantization, "passed_on_tuning": False, "skipped": SKIPPED})
+            continue
+        metrics, runner = validate_file(context, variant)
+        passed = not tuning_failures(context, variant, metrics)
+        attempts.append(attempt_record(quantization, metrics, passed))
+        if passed:
+            break
+        logger.info("%s recipe %s missed the thresholds on the tuning pairs", variant, rung.recipe)
+    if "skipped" in attempts[-1]:
+        raise VariantFailed("quantization", f"the last {variant} recipe quantized no operator of "
+                            "this graph and every earlier one missed the thresholds on the "
+                            "tuning pairs", attempts=attempts)
+    if rung.batch_dependent:
+        metrics.update(batch_dependence(runner.run, context.inputs))
+    return BuiltVariant(metrics, quantization={**quantization, "attempts": attempts})

@@ -1,0 +1,145 @@
+"""How the export builds and gates each variant after fp32: one table entry per variant.
+
+VARIANT_STEPS maps a variant name to its build step (writes the file, measures it: a
+BuiltVariant), its gate (default: the fidelity thresholds on both parts) and what it records
+after passing. The facts of each variant (file, precision, how it runs) are
+onnxrank.engine.variants.VARIANTS; fp32, the reference graph every step starts from, is traced
+and gated by onnxrank.export.pipeline itself. Steps run in the table's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from onnxrank.engine.variants import VARIANTS
+from onnxrank.export.context import BuiltVariant, ExportContext
+from onnxrank.export.gate import bf16_record, gate_on_thresholds, validate_file
+from onnxrank.export.ladder import Rung, run_ladder
+from onnxrank.export.optimize import convert_fp16, optimize_transformer
+from onnxrank.export.quantize import distinct_recipes, quantize_int8
+from onnxrank.export.quantize_openvino import (
+    compress_openvino_int8_weights,
+    distinct_ov_recipes,
+    quantize_openvino_int8,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantStep:
+    """How one variant is made.
+
+    Attributes:
+        build: Writes the variant's file (context.paths[name]) and measures it.
+        gate: Raises VariantFailed when the built variant must be left out.
+        after_gate: Adds records to a variant that passed (OpenVINO's int8+bf16 run of the IR).
+    """
+
+    build: Callable[[ExportContext], BuiltVariant]
+    gate: Callable[[ExportContext, str, BuiltVariant], None] = gate_on_thresholds
+    after_gate: Callable[[ExportContext, str, BuiltVariant], None] | None = None
+
+
+def _attention_shape(context: ExportContext) -> tuple[int, int]:
+    # only the fused optimizer reads attention shapes: an unknown family may have no attention heads
+    return int(context.config.num_attention_heads), int(context.config.hidden_size)
+
+
+def write_opt(context: ExportContext) -> dict[str, Any]:
+    """Write model_opt.onnx (onnxruntime's transformer fusions) and return its optimization record."""
+    context.progress.step("build opt")
+    num_heads, hidden_size = _attention_shape(context)
+    return optimize_transformer(context.paths["fp32"], context.paths["opt"], num_heads=num_heads,
+                                hidden_size=hidden_size,
+                                model_type=context.family.ort_model_type or "bert")
+
+
+def build_opt(context: ExportContext) -> BuiltVariant:
+    """The fused fp32 graph, validated like fp32."""
+    optimization = write_opt(context)
+    context.progress.step("validate opt")
+    fidelity, _ = validate_file(context, "opt")
+    return BuiltVariant(fidelity, optimization=optimization)
+
+
+def build_fp16(context: ExportContext) -> BuiltVariant:
+    """fp16 through the transformer optimizer (validated only where a GPU can run it)."""
+    context.progress.step("build fp16")
+    num_heads, hidden_size = _attention_shape(context)
+    optimization = convert_fp16(context.paths["fp32"], context.paths["fp16"], num_heads=num_heads,
+                                hidden_size=hidden_size, model_type=context.family.ort_model_type)
+    context.progress.step("validate fp16")
+    fidelity, _ = validate_file(context, "fp16")
+    return BuiltVariant(fidelity, optimization=optimization)
+
+
+def int8_rungs(context: ExportContext) -> list[Rung]:
+    """The onnxruntime int8 ladder: the request's recipes that apply to this family's graph."""
+    recipes = context.family.int8_recipes(distinct_recipes(context.int8, layers=context.layers))
+    paths = context.paths
+    if any(recipe.method == "dynamic" for recipe in recipes) and context.family.ort_model_type \
+            is not None and not paths["opt"].is_file():
+        write_opt(context)  # the dynamic recipes quantize the fused graph when there is one
+    opt_path = paths["opt"] if paths["opt"].is_file() else None
+    batches = [context.graph_feeds(feeds) for feeds in context.calibration.padded_batches()]
+    return [Rung(recipe, partial(quantize_int8, fp32_path=paths["fp32"], opt_path=opt_path,
+                                 out_path=paths["int8"], settings=recipe,
+                                 calibration=batches if recipe.method == "static" else None),
+                 # dynamic scales follow each batch; static ones do not
+                 batch_dependent=recipe.method == "dynamic")
+            for recipe in recipes]
+
+
+def build_int8(context: ExportContext) -> BuiltVariant:
+    """onnxruntime int8: the first rung of its ladder that meets the thresholds."""
+    return run_ladder(context, "int8", int8_rungs(context))
+
+
+def ov_int8_rungs(context: ExportContext) -> list[Rung]:
+    """The OpenVINO int8 ladder (NNCF, calibrated one row per item)."""
+    items = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
+    recipes = distinct_ov_recipes(context.ov_int8, task=context.task, layers=context.layers)
+    # static scales: a row's score should not depend on its batch mates; measured, not assumed
+    return [Rung(recipe, partial(quantize_openvino_int8, fp32_path=context.paths["fp32"],
+                                 out_path=context.paths["ov_int8"], settings=recipe,
+                                 calibration=items, layers=context.layers))
+            for recipe in recipes]
+
+
+def build_ov_int8(context: ExportContext) -> BuiltVariant:
+    """OpenVINO int8: weight-only compression or the static ladder, as the family says."""
+    if context.family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
+        context.progress.step("ov_int8 weight-only")
+        quantization = compress_openvino_int8_weights(context.paths["fp32"],
+                                                      context.paths["ov_int8"])
+        fidelity, _ = validate_file(context, "ov_int8")
+        return BuiltVariant(fidelity, quantization=quantization)
+    return run_ladder(context, "ov_int8", ov_int8_rungs(context))
+
+
+def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) -> None:
+    """Add the record of each bf16 precision that runs `variant`'s file (its facts' runs_as with
+    a fidelity key) to its fidelity."""
+    from onnxrank.engine.backends.openvino import cpu_capabilities
+
+    for run in VARIANTS[variant].runs_as:
+        if run.fidelity_key is None:
+            continue
+        context.progress.step(f"validate {variant} with bf16")
+        capabilities = cpu_capabilities()
+        built.fidelity[run.fidelity_key] = bf16_record(
+            context, context.paths[variant], precision=run.precision, key=run.fidelity_key,
+        ) if "BF16" in capabilities else {
+            "validated": False, "passed": False,
+            "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
+                      f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
+
+
+VARIANT_STEPS: dict[str, VariantStep] = {
+    "opt": VariantStep(build_opt),
+    "fp16": VariantStep(build_fp16),
+    "int8": VariantStep(build_int8),
+    "ov_int8": VariantStep(build_ov_int8, after_gate=record_bf16_runs),
+}
