@@ -1,11 +1,11 @@
 """Prompt tokenization for decoder rerankers: one model row per (query, document window), built
 from the manifest's recipe (onnxrank.engine.recipe).
 
-A row is ``prefix tokens + user-turn tokens + suffix tokens``, as the Qwen3-Reranker model card
-builds it: the prefix and the suffix are tokenized once, the user turn (instruction, query and
-document in the template) per pair in one Rust batch call. Only the document is cut: the prefix,
-the template's text, the instruction, the query (capped at half of what the rest leaves) and
-the suffix are always kept and count against max_length. The graph scores the
+A row is ``prefix tokens + template piece tokens + suffix tokens``, as the model cards build it:
+the prefix and the suffix are tokenized once, the template's pieces (instruction, query and
+document filled in) per pair in one Rust batch call, each piece apart. Only the document is cut:
+the prefix, the template's text, the instruction, the query (capped at the recipe's query_share
+of what the rest leaves) and the suffix are always kept and count against max_length. The graph scores the
 last real token of each row, so rows are right-padded like every other model's.
 """
 
@@ -24,7 +24,7 @@ from onnxrank.types import Pair
 
 @dataclass(frozen=True, slots=True)
 class _Parts:
-    """A pair's user turn split around the document: token ids before, of and after it."""
+    """A pair's template tokens split around the document: token ids before, of and after it."""
 
     head: list[int]
     document: list[int]
@@ -53,7 +53,8 @@ class PromptEncoder:
             TypeError: `instruction` is not a str or None.
             ValueError: `instruction` is blank.
         """
-        if instruction is None:
+        # the default as given back by a caller that resolved it already (mxbai's is empty)
+        if instruction is None or instruction == self.recipe.default_instruction:
             return self.recipe.default_instruction
         if not isinstance(instruction, str):
             raise TypeError(f"instruction must be a str or None, got {type(instruction).__name__}")
@@ -115,8 +116,9 @@ class PromptEncoder:
                          self.max_query_tokens(instruction))
 
     def max_query_tokens(self, instruction: str | None = None) -> int:
-        """Query tokens kept: half of what the recipe and the instruction leave of max_length
-        (the document needs room; a query that long is pasted text, not a search query).
+        """Query tokens kept: the recipe's query_share of what the recipe and the instruction
+        leave of max_length (the document needs room; a query that long is pasted text, not a
+        search query).
 
         Raises:
             ValueError: The recipe and the instruction alone leave no room.
@@ -128,24 +130,32 @@ class PromptEncoder:
                 f"instruction) leave no room for the query and the document in "
                 f"max_length={self.max_length}; shorten the instruction or raise max_length"
             )
-        return (self.max_length - fixed) // 2
+        return int((self.max_length - fixed) * self.recipe.query_share)
 
     def fixed_tokens(self, instruction: str | None = None) -> int:
         """Tokens of a row that are neither query nor document: the recipe's text and the
         instruction."""
-        empty, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
-                                      document="")
-        return len(self._prefix) + len(self._suffix) + len(
-            self._tokenizer.encode(empty, add_special_tokens=False).ids)
+        pieces, _, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
+                                          document="")
+        return len(self._prefix) + len(self._suffix) + sum(
+            len(encoding.ids) for encoding in self._tokenizer.encode_batch(
+                pieces, add_special_tokens=False))
 
     def _split(self, pairs: Sequence[Pair], instruction: str) -> list[_Parts]:
         queries = self._cap_queries([query for query, _ in pairs],
                                     self.max_query_tokens(instruction))
         rendered = [self.recipe.render(instruction=instruction, query=queries[query],
                                        document=document) for query, document in pairs]
-        encodings = self._tokenizer.encode_batch([text for text, _ in rendered],
-                                                 add_special_tokens=False)
-        return [_split_encoding(encoding, span) for encoding, (_, span) in zip(encodings, rendered)]
+        count = len(self.recipe.template)
+        encodings = self._tokenizer.encode_batch(
+            [piece for pieces, _, _ in rendered for piece in pieces], add_special_tokens=False)
+        parts = []
+        for start, (_, where, span) in zip(range(0, len(encodings), count), rendered):
+            own = encodings[start:start + count]
+            parts.append(_split_encoding(
+                own[where], span, [token for encoding in own[:where] for token in encoding.ids],
+                [token for encoding in own[where + 1:] for token in encoding.ids]))
+        return parts
 
     def _cap_queries(self, queries: Sequence[str], limit: int) -> dict[str, str]:
         """Each distinct query, cut to `limit` tokens (as text)."""
@@ -172,15 +182,17 @@ class PromptEncoder:
         return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), item_index=index, span=span)
 
 
-def _split_encoding(encoding: Encoding, span: tuple[int, int]) -> _Parts:
-    """Split a user turn's tokens at the document's character span.
+def _split_encoding(encoding: Encoding, span: tuple[int, int], before: list[int],
+                    after: list[int]) -> _Parts:
+    """Split the tokens of the piece holding the document at the document's character span;
+    `before` and `after` are the other pieces' tokens.
 
     A token that overlaps the document belongs to it (byte-level BPE glues the space before the
     document to its first word), so cutting the document's tokens cuts the text the model card's
     right truncation cuts.
     """
     start, stop = span
-    head: list[int] = []
+    head: list[int] = before
     document: list[int] = []
     offsets: list[tuple[int, int]] = []
     tail: list[int] = []
@@ -192,4 +204,4 @@ def _split_encoding(encoding: Encoding, span: tuple[int, int]) -> _Parts:
         else:
             document.append(token)
             offsets.append((max(begin, start) - start, min(end, stop) - start))
-    return _Parts(head, document, offsets, tail)
+    return _Parts(head, document, offsets, tail + after)

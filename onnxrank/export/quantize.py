@@ -180,6 +180,7 @@ def quantize_int8(
     out_path: Path,
     settings: Int8Settings,
     calibration: Iterable[dict[str, np.ndarray]] | None = None,
+    keep_fp32: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write the int8 variant and return the manifest's ``quantization`` entry.
 
@@ -195,6 +196,7 @@ def quantize_int8(
         out_path: Target file.
         settings: Method and granularity.
         calibration: Input batches (name -> int64 array) for static calibration.
+        keep_fp32: Nodes left in fp32 whatever the settings (a decoder's score head).
 
     Raises:
         ValueError: Static quantization without calibration batches.
@@ -203,7 +205,7 @@ def quantize_int8(
     if settings.method == "dynamic":
         source = opt_path if opt_path is not None else fp32_path
         layers = settings.fp32_ffn_up_layers
-        kept_fp32 = ffn_up_projections(source)[-layers:] if layers else []
+        kept_fp32 = (ffn_up_projections(source)[-layers:] if layers else []) + list(keep_fp32)
         quantization.quantize_dynamic(
             str(source),
             str(out_path),
@@ -230,11 +232,11 @@ def quantize_int8(
         }
     if calibration is None:
         raise ValueError("static int8 quantization needs calibration batches; got None")
-    return _quantize_static(fp32_path, out_path, settings, list(calibration))
+    return _quantize_static(fp32_path, out_path, settings, list(calibration), list(keep_fp32))
 
 
 def _quantize_static(fp32_path: Path, out_path: Path, settings: Int8Settings,
-                     batches: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+                     batches: list[dict[str, np.ndarray]], keep_fp32: list[str]) -> dict[str, Any]:
     """Static QDQ int8 of the plain fp32 graph, MinMax-calibrated on `batches`."""
     quantization = require("onnxruntime.quantization", extra="export")
 
@@ -256,6 +258,7 @@ def _quantize_static(fp32_path: Path, out_path: Path, settings: Int8Settings,
         activation_type=quantization.QuantType.QUInt8,
         weight_type=quantization.QuantType.QInt8,
         calibrate_method=quantization.CalibrationMethod.MinMax,
+        nodes_to_exclude=keep_fp32,
     )
     return {
         "method": "static",
@@ -268,5 +271,6 @@ def _quantize_static(fp32_path: Path, out_path: Path, settings: Int8Settings,
                         "rows": int(sum(len(batch["input_ids"]) for batch in batches))},
         "source_variant": "fp32",
         "op_types": list(settings.op_types) if settings.op_types else "default",
+        "nodes_kept_fp32": keep_fp32,
         "quantized_nodes": quantized_nodes(out_path),
     }

@@ -200,12 +200,14 @@ def weights_path(xml_path: Path) -> Path:
     return Path(xml_path).with_suffix(IR_WEIGHTS_SUFFIX)
 
 
-def compress_openvino_int8_weights(fp32_path: Path, out_path: Path) -> dict[str, Any]:
+def compress_openvino_int8_weights(fp32_path: Path, out_path: Path, *,
+                                   keep_fp32: Sequence[str] = ()) -> dict[str, Any]:
     """Weight-only int8 OpenVINO IR (ov_int8 of the ``weight_only`` families): NNCF
     compress_weights, one asymmetric int8 scale per output channel, activations left in float.
 
     Decoder activations have outlier channels that static int8 scales clip (what nncf.quantize
-    does for the cross-encoders); weight-only compression keeps them in float.
+    does for the cross-encoders); weight-only compression keeps them in float. The nodes of
+    `keep_fp32` (ONNX node names: a decoder's score head) keep fp32 weights too.
 
     Returns:
         The manifest's ``quantization`` entry.
@@ -219,7 +221,14 @@ def compress_openvino_int8_weights(fp32_path: Path, out_path: Path) -> dict[str,
     openvino = require("openvino", extra="openvino")
     nncf = require("nncf", extra="export")
     model = openvino.Core().read_model(str(fp32_path))
-    compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    # OpenVINO's ONNX frontend names each op after its ONNX node's output tensor
+    onnx = require("onnx", extra="export")
+    graph = onnx.load(str(fp32_path), load_external_data=False).graph
+    kept_ops = [output for node in graph.node if node.name in set(keep_fp32)
+                for output in node.output]
+    ignored = nncf.IgnoredScope(names=kept_ops, validate=False)
+    compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
+                                       ignored_scope=ignored)
     openvino.save_model(compressed, str(out_path), compress_to_fp16=False)
     logger.info("compressed %s -> %s with NNCF (weight-only int8)", fp32_path.name, out_path.name)
     return {
@@ -227,6 +236,8 @@ def compress_openvino_int8_weights(fp32_path: Path, out_path: Path) -> dict[str,
         "tool": "nncf.compress_weights",
         "mode": "INT8_ASYM (per output channel)",
         "activations": "float (not quantized)",
+        "nodes_kept_fp32": list(keep_fp32),
+        "ops_kept_fp32": kept_ops,
         "source_variant": "fp32",
         "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
     }

@@ -84,9 +84,11 @@ def int8_rungs(context: ExportContext) -> list[Rung]:
         write_opt(context)  # the dynamic recipes quantize the fused graph when there is one
     opt_path = paths["opt"] if paths["opt"].is_file() else None
     batches = [context.graph_feeds(feeds) for feeds in context.calibration.padded_batches()]
+    keep_fp32 = context.family.fp32_nodes(paths["fp32"])
     return [Rung(recipe, partial(quantize_int8, fp32_path=paths["fp32"], opt_path=opt_path,
                                  out_path=paths["int8"], settings=recipe,
-                                 calibration=batches if recipe.method == "static" else None),
+                                 calibration=batches if recipe.method == "static" else None,
+                                 keep_fp32=keep_fp32),
                  # dynamic scales follow each batch; static ones do not
                  batch_dependent=recipe.method == "dynamic")
             for recipe in recipes]
@@ -112,8 +114,9 @@ def build_ov_int8(context: ExportContext) -> BuiltVariant:
     """OpenVINO int8: weight-only compression or the static ladder, as the family says."""
     if context.family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
         context.progress.step("ov_int8 weight-only")
-        quantization = compress_openvino_int8_weights(context.paths["fp32"],
-                                                      context.paths["ov_int8"])
+        quantization = compress_openvino_int8_weights(
+            context.paths["fp32"], context.paths["ov_int8"],
+            keep_fp32=context.family.fp32_nodes(context.paths["fp32"]))
         fidelity, _ = validate_file(context, "ov_int8")
         return BuiltVariant(fidelity, quantization=quantization)
     return run_ladder(context, "ov_int8", ov_int8_rungs(context))

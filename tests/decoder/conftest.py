@@ -1,6 +1,7 @@
 """Fixtures of the decoder-reranker tests: a tiny random Qwen3ForCausalLM with a byte-level BPE
 tokenizer (chat special tokens, single-token "yes"/"no"), exported once through the CLI with the
-qwen3-reranker recipe, and the model card's transformers recipe on the same checkpoint."""
+qwen3-reranker recipe, and the model card's transformers recipe on the same checkpoint; and the
+same for every built-in recipe (``recipe_*`` fixtures, parametrised over RECIPE_MODELS)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from decoder_reference import ModelCardReranker
+from decoder_reference import BgeGemmaCard, ModelCardReranker, MxbaiCard
 
 from onnxrank.engine.reranker import Reranker
 
@@ -48,4 +49,68 @@ def model_card(decoder_checkpoint: Path) -> ModelCardReranker:
 @pytest.fixture(scope="session")
 def fp32_decoder(decoder_model_dir: Path) -> Reranker:
     return Reranker.from_dir(decoder_model_dir, device="cpu", backend="onnxruntime",
+                             precision="fp32", threads=1)
+
+
+# The built-in recipes, each on a tiny random checkpoint of its architecture: the builder, the
+# model card's formula (decoder_reference), and the checkpoint's weight init (a random model's
+# answer logits need some spread across pairs; Gemma's scaled embeddings flatten them at 0.1).
+RECIPE_MODELS = {
+    "qwen3-reranker": None,  # the Qwen3 stand-in above (decoder_checkpoint, decoder_model_dir)
+    "bge-reranker-v2-gemma": ("build_gemma_checkpoint", BgeGemmaCard, 0.2),
+    "mxbai-rerank-v2": ("build_qwen2_checkpoint", MxbaiCard, 0.1),
+}
+# what the recipe tests export: the reference, onnxruntime int8 and OpenVINO weight-only int8
+RECIPE_VARIANTS = "fp32,int8,ov_int8"
+
+
+@pytest.fixture(scope="session", params=list(RECIPE_MODELS))
+def recipe_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def recipe_checkpoint(recipe_name: str, request: pytest.FixtureRequest,
+                      tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import recipe_checkpoints
+
+    case = RECIPE_MODELS[recipe_name]
+    if case is None:
+        return Path(request.getfixturevalue("decoder_checkpoint"))
+    builder, _, init = case
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return getattr(recipe_checkpoints, builder)(
+        tmp_path_factory.mktemp("checkpoints") / recipe_name, initializer_range=init)
+
+
+@pytest.fixture(scope="session")
+def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`onnxrank export --model DIR --recipe NAME --variants ...`, once per recipe."""
+    from onnxrank.cli import main
+
+    if RECIPE_MODELS[recipe_name] is None:
+        return Path(request.getfixturevalue("decoder_model_dir"))
+    out = tmp_path_factory.mktemp("models") / recipe_name
+    code = main(["export", "--model", str(recipe_checkpoint), "--recipe", recipe_name,
+                 "--out", str(out), "--max-length", str(MAX_LENGTH), "--variants",
+                 RECIPE_VARIANTS, "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+    assert code == 0, f"the {recipe_name} export failed (see the captured stderr)"
+    return out
+
+
+@pytest.fixture(scope="session")
+def recipe_card(recipe_name: str, recipe_checkpoint: Path,
+                request: pytest.FixtureRequest) -> ModelCardReranker | BgeGemmaCard | MxbaiCard:
+    case = RECIPE_MODELS[recipe_name]
+    if case is None:
+        return request.getfixturevalue("model_card")  # type: ignore[no-any-return]
+    return case[1](recipe_checkpoint, MAX_LENGTH)
+
+
+@pytest.fixture(scope="session")
+def recipe_fp32(recipe_name: str, recipe_model_dir: Path, request: pytest.FixtureRequest) -> Reranker:
+    if RECIPE_MODELS[recipe_name] is None:
+        return request.getfixturevalue("fp32_decoder")  # type: ignore[no-any-return]
+    return Reranker.from_dir(recipe_model_dir, device="cpu", backend="onnxruntime",
                              precision="fp32", threads=1)

@@ -48,3 +48,106 @@ class ModelCardReranker:
             pair = torch.stack([logits[self.no], logits[self.yes]]).double()
             scores.append(float(torch.softmax(pair, dim=0)[1]))
         return np.asarray(scores)
+
+    def score(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> np.ndarray:
+        """What the card reports: p(yes)."""
+        return self.p_yes(pairs, instruction or CARD_INSTRUCTION)
+
+
+BGE_PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer "
+              "to the query by providing a prediction of either 'Yes' or 'No'.")
+
+
+class BgeGemmaCard:
+    """bge-reranker-v2-gemma's code (FlagEmbedding, examples/inference/reranker/README.md:
+    get_inputs): [bos] + "A: {query}" (3/4 of max_length) + "\\n" + "B: {passage}", cut to
+    max_length with only_second, then "\\n" + prompt; score = logits[:, -1, id("Yes")], raw.
+    The card's max_length leaves out the "\\n" + prompt it appends: `row_tokens` (the engine's
+    max_length) minus those."""
+
+    def __init__(self, checkpoint: Path, row_tokens: int) -> None:
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+        self.yes_loc = self.tokenizer("Yes", add_special_tokens=False)["input_ids"][0]
+        self.max_length = row_tokens - sum(len(self.tokenizer(
+            text, add_special_tokens=False)["input_ids"]) for text in ("\n", BGE_PROMPT))
+
+    def token_ids(self, query: str, passage: str, prompt: str | None = None) -> list[int]:
+        tokenizer, max_length = self.tokenizer, self.max_length
+        prompt_inputs = tokenizer(prompt or BGE_PROMPT, return_tensors=None,
+                                  add_special_tokens=False)["input_ids"]
+        sep_inputs = tokenizer("\n", return_tensors=None, add_special_tokens=False)["input_ids"]
+        query_inputs = tokenizer(f"A: {query}", return_tensors=None, add_special_tokens=False,
+                                 max_length=max_length * 3 // 4, truncation=True)
+        passage_inputs = tokenizer(f"B: {passage}", return_tensors=None,
+                                   add_special_tokens=False, max_length=max_length,
+                                   truncation=True)
+        item = tokenizer.prepare_for_model(
+            [tokenizer.bos_token_id] + query_inputs["input_ids"],
+            sep_inputs + passage_inputs["input_ids"], truncation="only_second",
+            max_length=max_length, padding=False, return_attention_mask=False,
+            return_token_type_ids=False, add_special_tokens=False)
+        return list(item["input_ids"]) + sep_inputs + prompt_inputs
+
+    def score(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> np.ndarray:
+        scores = []
+        for query, passage in pairs:
+            ids = torch.tensor([self.token_ids(query, passage, instruction)])
+            with torch.inference_mode():
+                scores.append(float(self.model(input_ids=ids).logits[0, -1, self.yes_loc]))
+        return np.asarray(scores)
+
+
+MXBAI_SYSTEM_PREFIX = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                       "helpful assistant.<|im_end|>\n<|im_start|>user\n")
+MXBAI_TASK = ("You are a search relevance expert who evaluates how well documents match search "
+              "queries. For each query-document pair, carefully analyze the semantic relationship "
+              "between them, then provide your binary relevance judgment (0 for not relevant, 1 "
+              "for relevant).\nRelevance:")
+
+
+class MxbaiCard:
+    """mxbai-rerank-v2's code (mxbai_rerank/mxbai_rerank_v2.py, MxbaiRerankV2.prepare_inputs and
+    forward): chat prefix + "[instruction: ...\\n]query: {query}" (3/4 of max_length) + "\\n" +
+    "document: {document}" (cut with only_second to max_length) + "\\n" + task prompt + chat
+    suffix; score = logit("1") - logit("0") at the last token, raw (normalize=False). The card's
+    max_length leaves out its predefined_length: `row_tokens` (the engine's max_length) minus it."""
+
+    def __init__(self, checkpoint: Path, row_tokens: int) -> None:
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+        self.yes_loc = self._ids("1")[0]
+        self.no_loc = self._ids("0")[0]
+        self.task = self._ids(MXBAI_TASK)
+        self.sep = self._ids("\n")
+        self.prefix = self._ids(MXBAI_SYSTEM_PREFIX)
+        self.suffix = self._ids("<|im_end|>\n<|im_start|>assistant\n")
+        self.max_length = row_tokens - len(self.prefix) - len(self.task) - len(self.suffix) \
+            - len(self.sep)
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, return_tensors=None, add_special_tokens=False)["input_ids"])
+
+    def token_ids(self, query: str, document: str, instruction: str | None = None) -> list[int]:
+        query_prompt = f"query: {query}"
+        if instruction:
+            query_prompt = "".join([f"instruction: {instruction}", "\n", query_prompt])
+        query_inputs = self.tokenizer(query_prompt, return_tensors=None, add_special_tokens=False,
+                                      max_length=self.max_length * 3 // 4, truncation=True)
+        document_inputs = self.tokenizer(f"document: {document}", return_tensors=None,
+                                         add_special_tokens=False, max_length=self.max_length,
+                                         truncation=True)
+        item = self.tokenizer.prepare_for_model(
+            query_inputs["input_ids"], self.sep + document_inputs["input_ids"],
+            truncation="only_second", max_length=self.max_length, padding=False,
+            return_attention_mask=False, return_token_type_ids=False, add_special_tokens=False)
+        return self.prefix + list(item["input_ids"]) + self.sep + self.task + self.suffix
+
+    def score(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> np.ndarray:
+        scores = []
+        for query, document in pairs:
+            ids = torch.tensor([self.token_ids(query, document, instruction)])
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids).logits[0, -1]
+            scores.append(float(logits[self.yes_loc] - logits[self.no_loc]))
+        return np.asarray(scores)

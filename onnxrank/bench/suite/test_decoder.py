@@ -93,8 +93,9 @@ class ModelCardScorer:
         return [self.score(request) for request in chunk]
 
     def score(self, request: Request) -> np.ndarray:
-        texts = [self.recipe.render(instruction=self.recipe.default_instruction,
-                                    query=request.query, document=document)[0]
+        # the qwen3-reranker recipe: one template piece, tokenized whole as the card does
+        texts = ["".join(self.recipe.render(instruction=self.recipe.default_instruction,
+                                            query=request.query, document=document)[0])
                  for document in request.documents]
         inputs = self.tokenizer(texts, padding=False, truncation="longest_first",
                                 add_special_tokens=False, return_attention_mask=False,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.engine.spec import VARIANT_NAMES
+from onnxrank.engine.spec import VARIANT_NAMES, Activation
 
 if TYPE_CHECKING:
     import torch
@@ -160,6 +160,16 @@ class Family:
         """A prompt recipe (ModelSpec.prompt) for decoder rerankers; None = the tokenizer's own
         pair template through onnxrank.engine.tokenize.PairEncoder."""
         return None
+
+    def activation(self, loaded: LoadedModel, task: str) -> Activation:
+        """The manifest's activation: what turns the graph's output into the score the model
+        card reports (sigmoid for a rerank head's logit; a decoder's is its recipe's)."""
+        return "sigmoid" if task == "rerank" else "none"
+
+    def fp32_nodes(self, model_path: Path) -> list[str]:
+        """Nodes of the fp32 graph at `model_path` that every int8 variant keeps in fp32
+        (default: none; a decoder's score head)."""
+        return []
 
     def num_labels(self, config: Any, task: str) -> int:
         """The graph's outputs per row (the manifest's num_labels): a rerank head's labels; an

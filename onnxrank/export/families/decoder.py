@@ -1,5 +1,6 @@
-"""Decoder-only rerankers (Qwen3-Reranker and its kind): a causal LM that scores a pair by
-p("yes") at the last position of a fixed prompt (onnxrank.export.recipes).
+"""Decoder-only rerankers (Qwen3-Reranker, bge-reranker-v2-gemma, mxbai-rerank-v2): a causal LM
+that scores a pair by its answer tokens' logits at the last position of a fixed prompt
+(onnxrank.export.recipes; the score kinds are onnxrank.engine.recipe.SCORES).
 
 What the exported graph computes, and why it is exact and small:
 
@@ -11,13 +12,16 @@ What the exported graph computes, and why it is exact and small:
   built in the graph from `attention_mask` (transformers' own mask builder uses vmap, which the
   TorchScript exporter cannot trace; the mask is the same: causal and padding keys masked).
 * the hidden state of each row's last real token (``sum(attention_mask) - 1``), then ONE output
-  row of the vocabulary projection: ``W[yes] - W[no]`` (plus the bias difference, if any). For
-  Qwen3-0.6B that drops a 151,936 x 1,024 matmul per token. Output ``logits`` [batch, 1] =
-  logit(yes) - logit(no), whose sigmoid is softmax([no, yes])[1] = p(yes): the manifest's
-  ``activation: sigmoid``. No KV cache, no generation.
+  row of the vocabulary projection, the score head: the score kind's weighted sum of its answer
+  tokens' rows (``W[yes] - W[no]``, or ``W[yes]`` alone), plus the same sum of their biases, if
+  any. For Qwen3-0.6B that drops a 151,936 x 1,024 matmul per token. Output ``logits``
+  [batch, 1]; the manifest's activation is the score kind's (sigmoid of yes - no is p(yes) for
+  Qwen3; the raw logit or logit difference for the others). No KV cache, no generation.
+* the score head is the module ``score_head`` (graph nodes ``/score_head/...``): the int8
+  variants keep it in fp32 (`fp32_nodes`), as a quantized head collapses the scores.
 
 The PyTorch reference is the unmodified model: full vocabulary logits at each row's last real
-token, logit(yes) - logit(no) taken from them.
+token, the score kind's weighted sum of the answer logits taken from them.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
     from onnxrank.engine.recipe import PromptRecipe
+    from onnxrank.engine.spec import Activation
     from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
 
@@ -47,44 +52,50 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 # The model card's max_length; rows are as long as their text, this only caps them.
 DEFAULT_MAX_LENGTH = 8192
 OUTPUT_NAME = "logits"
+# the score head's module name: its nodes stay fp32 in every quantized variant
+SCORE_HEAD = "score_head"
 # protobuf's limit on one ONNX file: larger graphs keep their weights in EXTERNAL_DATA_SUFFIX
 PROTOBUF_LIMIT_BYTES = 2**31 - 1
 EXTERNAL_DATA_SUFFIX = ".data"
 
 
-def score_graph(model: Any, *, yes_token_id: int, no_token_id: int) -> torch.nn.Module:
-    """The module torch.onnx.export traces: (input_ids, attention_mask) -> logit(yes) - logit(no).
+def score_graph(model: Any, *, answer_ids: tuple[int, ...],
+                weights: tuple[float, ...]) -> torch.nn.Module:
+    """The module torch.onnx.export traces: (input_ids, attention_mask) -> the score,
+    sum(weight * logit(answer token)) at each row's last real token.
 
     Args:
         model: A transformers ``*ForCausalLM`` in eval mode with eager attention, whose body is
             ``model.model`` (hidden states after the final norm) and head ``model.lm_head``.
-        yes_token_id: Vocabulary row of the recipe's "yes".
-        no_token_id: Vocabulary row of the recipe's "no".
+        answer_ids: Vocabulary rows of the recipe's answer tokens.
+        weights: The score kind's weight of each answer token.
     """
     torch = require("torch", extra="export")
     head = model.get_output_embeddings()
-    weight = head.weight.detach()
-    direction = (weight[yes_token_id] - weight[no_token_id]).to(torch.float32)
+    rows = head.weight.detach().to(torch.float32)[list(answer_ids)]
+    coefficients = torch.tensor(weights, dtype=torch.float32)
+    direction = coefficients @ rows
     bias = None
     if getattr(head, "bias", None) is not None:
-        bias = (head.bias[yes_token_id] - head.bias[no_token_id]).detach().reshape(1)
+        bias = (coefficients @ head.bias.detach().to(torch.float32)[list(answer_ids)]).reshape(1)
 
     class DecoderScoreGraph(torch.nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.body = model.model
-            self.answer = torch.nn.Linear(direction.shape[0], 1, bias=bias is not None)
+            head = torch.nn.Linear(direction.shape[0], 1, bias=bias is not None)
             with torch.no_grad():
-                self.answer.weight.copy_(direction.reshape(1, -1))
+                head.weight.copy_(direction.reshape(1, -1))
                 if bias is not None:
-                    self.answer.bias.copy_(bias)
+                    head.bias.copy_(bias)
+            self.add_module(SCORE_HEAD, head)
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
             hidden = self.body(input_ids=input_ids, attention_mask=causal_mask(attention_mask),
                                use_cache=False).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
-            return self.answer(hidden[rows, last])
+            return getattr(self, SCORE_HEAD)(hidden[rows, last].float())
 
     return DecoderScoreGraph().eval()
 
@@ -100,15 +111,16 @@ def causal_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return blocked.masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
-def reference_runner(model: Any, *, yes_token_id: int,
-                     no_token_id: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """The unmodified causal LM as run(feeds) -> [batch, 1] logit(yes) - logit(no).
+def reference_runner(model: Any, *, answer_ids: tuple[int, ...],
+                     weights: tuple[float, ...]) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """The unmodified causal LM as run(feeds) -> [batch, 1] sum(weight * logit(answer token)).
 
     Feeds are right-padded, so each row's last real token is at sum(attention_mask) - 1 and its
     positions are those of the row alone; the full vocabulary projection runs at that token only
     (the model card's ``logits[:, -1, :]`` for the row alone), not at every position.
     """
     torch = require("torch", extra="export")
+    coefficients = torch.tensor(weights, dtype=torch.float32)
 
     def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
         input_ids = torch.from_numpy(feeds["input_ids"])
@@ -118,7 +130,7 @@ def reference_runner(model: Any, *, yes_token_id: int,
                                  use_cache=False).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             logits = model.lm_head(hidden[torch.arange(hidden.shape[0]), last]).float()
-            return (logits[:, yes_token_id] - logits[:, no_token_id]).reshape(-1, 1).numpy()
+            return (logits[:, list(answer_ids)] @ coefficients).reshape(-1, 1).numpy()
 
     return run
 
@@ -175,16 +187,18 @@ def _weight_count(config: Any) -> int:
 
 
 class DecoderFamily(Family):
-    """Causal LMs scored with a prompt recipe (``--recipe``; Qwen3-Reranker's is chosen by Hub id).
+    """Causal LMs scored with a prompt recipe (``--recipe``; a built-in one is chosen by Hub id).
 
-    Tested on Qwen3 (Qwen3ForCausalLM). Llama-shaped decoders (Qwen2, Mistral, Gemma) have the
-    same ``model.model`` / ``lm_head`` layout and take the same 4-D mask, but are not claimed until
-    a test checks them against their PyTorch reference.
+    Tested on Qwen3 (Qwen3ForCausalLM), Gemma (GemmaForCausalLM) and Qwen2 (Qwen2ForCausalLM)
+    against their model cards' PyTorch code. Other Llama-shaped decoders (Mistral, Llama) have the
+    same ``model.model`` / ``lm_head`` layout, but are not claimed until a test checks them.
     """
 
     name = "decoder"
-    model_types = ("qwen3",)
-    examples = ("Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Reranker-4B", "Qwen/Qwen3-Reranker-8B")
+    model_types = ("qwen3", "qwen2", "gemma")
+    examples = ("Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Reranker-4B", "Qwen/Qwen3-Reranker-8B",
+                "BAAI/bge-reranker-v2-gemma", "mixedbread-ai/mxbai-rerank-base-v2",
+                "mixedbread-ai/mxbai-rerank-large-v2")
     ort_model_type = None  # onnxruntime's transformer optimizer has no fusions for these graphs
     ov_int8_mode = "weight_only"
     uses_recipe = True
@@ -200,20 +214,20 @@ class DecoderFamily(Family):
         return min(DEFAULT_MAX_LENGTH, self.max_positions(config))
 
     def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
-        yes, no = self.answer_ids(loaded)
-        return score_graph(model, yes_token_id=yes, no_token_id=no)
+        return score_graph(model, answer_ids=self.answer_ids(loaded),
+                           weights=self.recipe(loaded).score_kind.weights)
 
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         return export_score_graph(module, out_path, opset=opset)
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-        yes, no = self.answer_ids(loaded)
-        return reference_runner(loaded.model, yes_token_id=yes, no_token_id=no)
+        return reference_runner(loaded.model, answer_ids=self.answer_ids(loaded),
+                                weights=self.recipe(loaded).score_kind.weights)
 
     def cls_only_support(self, model: Any) -> str | None:
         return ("a decoder reranker reads the last token, not [CLS]: its vocabulary projection is "
-                "pruned to the yes/no rows instead (see the manifest's prompt)")
+                "pruned to the answer tokens' rows instead (see the manifest's prompt)")
 
     def variant_reasons(self, config: Any) -> dict[str, str]:
         reasons = super().variant_reasons(config)
@@ -240,8 +254,15 @@ class DecoderFamily(Family):
         return 1
 
     def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
-        yes, no = self.answer_ids(loaded)
-        return self.recipe(loaded).to_manifest(yes_token_id=yes, no_token_id=no)
+        return self.recipe(loaded).to_manifest(answer_token_ids=self.answer_ids(loaded))
+
+    def activation(self, loaded: LoadedModel, task: str) -> Activation:
+        return self.recipe(loaded).score_kind.activation
+
+    def fp32_nodes(self, model_path: Path) -> list[str]:
+        onnx = require("onnx", extra="export")
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+        return [node.name for node in graph.node if node.name.startswith(f"/{SCORE_HEAD}/")]
 
     def recipe(self, loaded: LoadedModel) -> PromptRecipe:
         """The export's recipe (``--recipe``, or the built-in one for a known Hub id).
@@ -249,19 +270,22 @@ class DecoderFamily(Family):
         Raises:
             ExportError: No recipe was given or found for this checkpoint.
         """
+        from onnxrank.export.recipes import BUILTIN_RECIPES
+
         recipe = getattr(loaded, "recipe", None)
         if recipe is None:
             where = loaded.source.get("model_id") or loaded.source.get("path")
             raise ExportError(
                 f"{where} is a decoder ({loaded.config.model_type}, "
                 f"{', '.join(loaded.config.architectures or [])}): it scores pairs through a "
-                "prompt recipe; pass --recipe qwen3-reranker (the built-in one) or --recipe "
-                "FILE.json"
+                f"prompt recipe; pass --recipe NAME (built-in: {', '.join(BUILTIN_RECIPES)}) "
+                "or --recipe FILE.json"
             )
         return recipe
 
-    def answer_ids(self, loaded: LoadedModel) -> tuple[int, int]:
-        """The recipe's (yes, no) token ids in the checkpoint's tokenizer.
+    def answer_ids(self, loaded: LoadedModel) -> tuple[int, ...]:
+        """The ids of the recipe's answer tokens in the checkpoint's tokenizer (its score kind's
+        answer_tokens, in order).
 
         Raises:
             ExportError: An answer word is not a single token, or the template lacks a slot.
@@ -271,8 +295,9 @@ class DecoderFamily(Family):
         return answer_token_ids(self.recipe(loaded), loaded.tokenizer.backend_tokenizer)
 
     def describe(self, config: Any) -> dict[str, Any]:
-        return {**super().describe(config), "graph": "logits = logit(yes) - logit(no) at each "
-                "row's last real token; vocabulary projection pruned to that one row; no KV cache"}
+        return {**super().describe(config), "graph": "logits = the recipe's score kind (weighted "
+                "answer-token logits) at each row's last real token; vocabulary projection pruned "
+                "to that one row, kept fp32; no KV cache"}
 
 
 FAMILY = DecoderFamily()
