@@ -69,7 +69,8 @@ def build_gemma_checkpoint(out_dir: Path, *, initializer_range: float, seed: int
     assert tokenizer.encode("Yes", add_special_tokens=False).ids == [tokenizer.token_to_id("Yes")]
     config = transformers.GemmaConfig(
         **LAYOUT, initializer_range=initializer_range,
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True, bos_token_id=ids["<bos>"],
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, bos_token_id=ids["<bos>"],
         eos_token_id=ids["<eos>"], pad_token_id=ids["<pad>"], architectures=["GemmaForCausalLM"])
     torch.manual_seed(seed)
     model = transformers.GemmaForCausalLM(config).eval()
@@ -83,7 +84,8 @@ def build_qwen2_checkpoint(out_dir: Path, *, initializer_range: float, seed: int
     tokenizer = build_tokenizer(512)
     config = transformers.Qwen2Config(
         **LAYOUT, initializer_range=initializer_range,
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), rope_theta=1000000.0, tie_word_embeddings=False, use_sliding_window=False,
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), rope_theta=1000000.0,
+        tie_word_embeddings=False, use_sliding_window=False,
         bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen2ForCausalLM"])
     torch.manual_seed(seed)
