@@ -1,5 +1,5 @@
-"""The commands run a decoder reranker: `onnxrank score`, `onnxrank query --rerank` and the
-server, each with the instruction option."""
+"""The commands run a decoder reranker of every built-in recipe: `onnxrank score`, `onnxrank query
+--rerank` and the server, each with the instruction option."""
 
 from __future__ import annotations
 
@@ -26,25 +26,25 @@ INSTRUCTION = "Find reports on aircraft structures"
 FP32 = ["--device", "cpu", "--backend", "onnxruntime", "--precision", "fp32"]
 
 
-def test_score_command(decoder_model_dir: Path, fp32_decoder: Reranker, tmp_path: Path) -> None:
+def test_score_command(recipe_model_dir: Path, recipe_fp32: Reranker, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"id": i, "query": QUERY, "document": d}) + "\n"
                              for i, d in enumerate(DOCUMENTS)))
     output = tmp_path / "scores.jsonl"
     assert main(["score", "--input", str(pairs), "--output", str(output), "--model",
-                 str(decoder_model_dir), "--instruction", INSTRUCTION, "--no-progress",
+                 str(recipe_model_dir), "--instruction", INSTRUCTION, "--no-progress",
                  *FP32]) == 0
     rows = [json.loads(line) for line in output.read_text().splitlines()]
-    expected = fp32_decoder.score([(QUERY, d) for d in DOCUMENTS], instruction=INSTRUCTION)
+    expected = recipe_fp32.score([(QUERY, d) for d in DOCUMENTS], instruction=INSTRUCTION)
     np.testing.assert_allclose([row["score"] for row in rows], expected, atol=1e-5, rtol=0)
 
 
-def test_query_with_rerank(decoder_model_dir: Path, fp32_decoder: Reranker, tmp_path: Path,
+def test_query_with_rerank(recipe_model_dir: Path, recipe_fp32: Reranker, tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
     models = tmp_path / "models"
     models.mkdir()
     write_model_dir(models / "minilm-embedder", task="embedding", name="bow-embedder")
-    (models / "qwen3-tiny").symlink_to(decoder_model_dir)
+    (models / "qwen3-tiny").symlink_to(recipe_model_dir)
     docs = tmp_path / "docs"
     docs.mkdir()
     for record in CORPUS:
@@ -57,16 +57,16 @@ def test_query_with_rerank(decoder_model_dir: Path, fp32_decoder: Reranker, tmp_
                  "--rerank", "--model", "qwen3-tiny", "--k", "3", "--instruction", INSTRUCTION,
                  "--json", *FP32]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["reranker_model"] == fp32_decoder.spec.name
+    assert payload["reranker_model"] == recipe_fp32.spec.name
     results = payload["results"]
     assert len(results) == 3 and all(hit["reranked"] for hit in results)
     scores = [hit["rerank_score"] for hit in results]
     assert scores == sorted(scores, reverse=True)
 
 
-def test_served(fp32_decoder: Reranker) -> None:
-    expected = fp32_decoder.activate(fp32_decoder.score([(QUERY, d) for d in DOCUMENTS]))
-    with running_server(fp32_decoder, ServeConfig(port=0)) as server:
+def test_served(recipe_fp32: Reranker) -> None:
+    expected = recipe_fp32.activate(recipe_fp32.score([(QUERY, d) for d in DOCUMENTS]))
+    with running_server(recipe_fp32, ServeConfig(port=0)) as server:
         body = server.client.post("/v1/rerank", json={"query": QUERY,
                                                       "documents": DOCUMENTS}).json()
     assert [item["index"] for item in body["results"]] == list(np.argsort(-expected, kind="stable"))

@@ -106,9 +106,9 @@ def test_the_default_variant_keeps_spread_and_ranking(recipe_name: str, recipe_m
     scores = reranker.activate(reranker.score(pairs))
     expected = recipe_card.score(pairs)
     where = f"{recipe_name} {reranker.device_info.backend}/{reranker.device_info.precision}"
-    # not collapsed: the spread is the reference's, and no score repeats a neighbour's
+    # not collapsed: the spread is the reference's, and distinct pairs keep distinct scores
     ratio = scores.std() / expected.std()
     assert 0.8 <= ratio <= 1.25, f"{where}: spread {scores.std()} vs {expected.std()}"
-    assert len(np.unique(np.round(scores, 6))) >= 0.9 * len(scores)
+    assert len(np.unique(np.round(scores, 6))) >= 0.9 * len(np.unique(np.round(expected, 6)))
     spearman = _spearman(scores, expected)
     assert spearman >= 0.9, f"{where}: held-out Spearman {spearman:.4f} vs the model card"
