@@ -44,7 +44,8 @@ def test_only_the_document_is_cut(tokenizer: Tokenizer) -> None:
     prefix = tokenizer.encode(QWEN3_RERANKER.prefix, add_special_tokens=False).ids
     suffix = tokenizer.encode(QWEN3_RERANKER.suffix, add_special_tokens=False).ids
     assert len(row) == 256 and row[:len(prefix)] == prefix and row[-len(suffix):] == suffix
-    # the query keeps half of what the recipe and the instruction leave, the document the rest
+    # the query keeps half of what the recipe and the instruction leave (its query_share), the
+    # document the rest
     kept = encoder.max_query_tokens()
     assert 0 < kept < 128
     query_ids = tokenizer.encode(long_query, add_special_tokens=False).ids
