@@ -37,7 +37,7 @@ def isolated_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def _tiny_thresholds():  # noqa: ANN202 - the type lives in an optional-dependency module
-    from onnxrank.export.validate import FidelityThresholds
+    from onnxrank.export.fidelity import FidelityThresholds
 
     return FidelityThresholds(int8_min_spearman=0.8, int8_min_spearman_per_query=0.8,
                               int8_min_top10_overlap=0.7, int8_min_cosine=0.9)

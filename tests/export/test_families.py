@@ -19,7 +19,7 @@ from onnxrank.bench.family_checkpoints import FAMILY_NAMES, build_family_checkpo
 from onnxrank.cli import main
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import families, family_for
-from onnxrank.export.validate import score_metrics
+from onnxrank.export.fidelity import score_metrics
 
 # the decoder family scores through a prompt recipe and is tested in tests/decoder
 CROSS_ENCODERS = [family.name for family in families() if not family.uses_recipe]
@@ -181,9 +181,9 @@ def test_ov_int8_builds_or_is_recorded_and_records_bf16(
     the export always finishes with fp32, and ov_int8 is either built and validated (with its
     bf16 record) or recorded with the reason."""
     from onnxrank.engine.backends.openvino import cpu_capabilities
+    from onnxrank.export.fidelity import FidelityThresholds
     from onnxrank.export.pipeline import ExportRequest, export_model
     from onnxrank.export.quantize_openvino import OvInt8Settings
-    from onnxrank.export.validate import FidelityThresholds
 
     result = export_model(ExportRequest(
         model=str(family_checkpoints[family]), out_dir=tmp_path / family,

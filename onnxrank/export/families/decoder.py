@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from onnxrank.engine.recipe import PromptRecipe
     from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class DecoderFamily(Family):
     ov_int8_mode = "weight_only"
     uses_recipe = True
 
-    def model_class(self, task: str) -> Any:
+    def model_class(self, task: ExportTask) -> Any:
         transformers = require("transformers", extra="export")
         return transformers.AutoModelForCausalLM
 
@@ -199,11 +200,11 @@ class DecoderFamily(Family):
     def max_length(self, config: Any, tokenizer: Any) -> int:
         return min(DEFAULT_MAX_LENGTH, self.max_positions(config))
 
-    def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
+    def graph_module(self, loaded: LoadedModel, model: Any, task: ExportTask) -> torch.nn.Module:
         yes, no = self.answer_ids(loaded)
         return score_graph(model, yes_token_id=yes, no_token_id=no)
 
-    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         return export_score_graph(module, out_path, opset=opset)
 
@@ -235,7 +236,7 @@ class DecoderFamily(Family):
         return tuple(recipe for recipe in recipes
                      if recipe.op_types is None and recipe.fp32_ffn_up_layers == 0)
 
-    def num_labels(self, config: Any, task: str) -> int:
+    def num_labels(self, config: Any, task: ExportTask) -> int:
         # one output (yes - no) whatever the config's num_labels says
         return 1
 
