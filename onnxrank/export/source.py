@@ -149,6 +149,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
 
     Args:
+        task: The export's task: which checks, Auto class and reference apply.
         recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
             built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
 
