@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from child_process import in_child_process
 
 from onnxrank.export.pipeline import ExportRequest, export_model
 from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantized_nodes
@@ -28,9 +29,9 @@ def test_a_recipe_that_quantizes_nothing_is_recorded_not_kept(modernbert_checkpo
     # a fused-Attention-only recipe on a family the optimizer does not fuse: the file would be fp32
     attention_only = Int8Settings("dynamic", per_channel=True,
                                   op_types=("Attention", "EmbedLayerNormalization"))
-    result = export_model(ExportRequest(model=str(modernbert_checkpoint), out_dir=tmp_path / "m",
-                                        variants=("fp32", "int8"), int8=(attention_only,),
-                                        validation_pairs=16))
+    result = in_child_process(export_model, ExportRequest(
+        model=str(modernbert_checkpoint), out_dir=tmp_path / "m", variants=("fp32", "int8"),
+        int8=(attention_only,), validation_pairs=16))
     assert list(result.spec.variants) == ["fp32"]
     failed = result.spec.failed_variants["int8"]
     assert failed["stage"] == "quantization"
