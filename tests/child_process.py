@@ -8,7 +8,7 @@ it is returned when the child exits.
 The call is the same code with the same arguments: `in_child_process` returns what it returns and
 raises what it raises (an ExportError from the child is an ExportError here, with the child's
 traceback as its cause). Children fork from a server that has imported torch, transformers and
-onnxruntime once, so a call does not pay their ~7 s of CPU to import them again. The child runs
+onnxruntime once, so a call does not pay the several seconds of CPU of importing them again. The child runs
 with the caller's environment and working directory of the moment of the call. What it prints
 or logs is not captured by `capsys`/`caplog`: tests that read those call in the test process.
 """
