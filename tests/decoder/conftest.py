@@ -1,6 +1,7 @@
 """Fixtures of the decoder-reranker tests: a tiny random Qwen3ForCausalLM with a byte-level BPE
 tokenizer (chat special tokens, single-token "yes"/"no"), exported once through the CLI with the
-qwen3-reranker recipe, and the model card's transformers recipe on the same checkpoint."""
+qwen3-reranker recipe (in a child process, whose memory goes back when it ends), and the model
+card's transformers recipe on the same checkpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from child_process import in_child_process
 from decoder_reference import ModelCardReranker
 
 from onnxrank.engine.reranker import Reranker
@@ -33,9 +35,9 @@ def decoder_model_dir(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPat
     from onnxrank.cli import main
 
     out = tmp_path_factory.mktemp("models") / "qwen3-tiny-reranker"
-    code = main(["export", "--model", str(decoder_checkpoint), "--recipe", "qwen3-reranker",
-                 "--out", str(out), "--max-length", str(MAX_LENGTH),
-                 "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+    code = in_child_process(main, ["export", "--model", str(decoder_checkpoint), "--recipe",
+                                   "qwen3-reranker", "--out", str(out), "--max-length",
+                                   str(MAX_LENGTH), "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
     assert code == 0, "the decoder export failed (see the captured stderr)"
     return out
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from child_process import in_child_process
 
 from onnxrank.cli import main
 from onnxrank.engine.runtime import open_model_file
@@ -340,7 +341,7 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
                             thresholds=FidelityThresholds(int8_min_spearman=0.99999))
     # every default int8 recipe is tried and each misses: int8 is left out with the last one's
     # value and every attempt; fp32 is kept
-    spec = export_model(request).spec
+    spec = in_child_process(export_model, request).spec
     failure = spec.failed_variants["int8"]
     assert re.search(r"variant int8 \(tuning pairs\): spearman = 0\.\d+, "
                      r"threshold >= 0\.99999 \(--int8-min-spearman\)", failure["reason"])
@@ -350,9 +351,9 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     # nothing passing on CPU fails the export and writes nothing
     with pytest.raises(FidelityError, match=r"no CPU variant passed validation: int8: variant "
                        r"int8 \(tuning pairs\): spearman = 0\.\d+") as error:
-        export_model(ExportRequest(model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none",
-                                   variants=("int8",), validation_pairs=16,
-                                   thresholds=FidelityThresholds(int8_min_spearman=0.99999)))
+        in_child_process(export_model, ExportRequest(
+            model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none", variants=("int8",),
+            validation_pairs=16, thresholds=FidelityThresholds(int8_min_spearman=0.99999)))
     assert "Nothing was written" in str(error.value)
     assert _leftovers(tmp_path, "none") == []
 
