@@ -29,6 +29,7 @@ import numpy as np
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.quantize import Int8Settings, quantize_int8
+from onnxrank.export.tasks import export_task
 from onnxrank.export.validate import (
     ValidationInputs,
     batch_dependence,
@@ -85,7 +86,8 @@ def study(model_dir: Path, *, threads: int, repeats: int, limit: int | None,
     """Fidelity and speed of every recipe in RECIPES (plus fp32 and opt for scale)."""
     spec = load_model_spec(model_dir)
     tokenizer = model_dir / spec.tokenizer_file
-    inputs = encode_validation(load_validation_pairs(limit, part=part), tokenizer, task=spec.task,
+    inputs = encode_validation(load_validation_pairs(limit, part=part), tokenizer,
+                               task=export_task(spec.task),
                                max_length=spec.max_length, pad_id=spec.pad_token_id)
     reference, fp32_speed, _ = _timed_outputs(model_dir / "model.onnx", inputs, threads, repeats,
                                               "fp32")
@@ -97,7 +99,7 @@ def study(model_dir: Path, *, threads: int, repeats: int, limit: int | None,
     results.append({"recipe": "opt (fp32 fused)",
                     "size_mb": (model_dir / "model_opt.onnx").stat().st_size / 1e6,
                     "pairs_per_s": opt_speed, **compare(inputs, reference, opt_outputs)})
-    calibration_inputs = encode_validation(load_calibration_pairs(), tokenizer, task=spec.task,
+    calibration_inputs = encode_validation(load_calibration_pairs(), tokenizer, task=export_task(spec.task),
                                            max_length=spec.max_length, pad_id=spec.pad_token_id)
     calibration = calibration_inputs.padded_batches()
     with tempfile.TemporaryDirectory() as scratch:

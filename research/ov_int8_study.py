@@ -24,6 +24,7 @@ from typing import Any
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+from onnxrank.export.tasks import export_task
 from onnxrank.export.validate import (
     compare,
     encode_validation,
@@ -61,11 +62,11 @@ def study(model_dir: Path, recipes: list[str], items: int | None, part: str) -> 
     """Tuning-part fidelity of each named recipe against onnxruntime fp32."""
     spec = load_model_spec(model_dir)
     tokenizer = model_dir / spec.tokenizer_file
-    inputs = encode_validation(load_validation_pairs(part=part), tokenizer, task=spec.task,
+    inputs = encode_validation(load_validation_pairs(part=part), tokenizer, task=export_task(spec.task),
                                max_length=spec.max_length, pad_id=spec.pad_token_id)
     fp32 = open_model_file(model_dir / "model.onnx", precision="fp32")
     reference = run_batches(inputs.batches(), fp32.run, len(inputs.rows))
-    calibration = encode_validation(load_calibration_pairs(), tokenizer, task=spec.task,
+    calibration = encode_validation(load_calibration_pairs(), tokenizer, task=export_task(spec.task),
                                     max_length=spec.max_length, pad_id=spec.pad_token_id)
     names = fp32.input_names
     rows = [{key: feeds[key] for key in names} for feeds in calibration.single_rows()][:items]

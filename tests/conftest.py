@@ -7,7 +7,8 @@
 * ``tiny_embedder_checkpoint_dir`` / ``tiny_embedder_dir``: the same for a sentence-transformers
   embedding model (mean pooling + Normalize).
 
-The fixture exports validate on 48 pairs (3 query groups) to stay fast. Their int8 thresholds are
+The fixture exports run in a child process (tests/child_process.py: the memory an export takes
+goes back when it ends) and validate on 48 pairs (3 query groups) to stay fast. Their int8 thresholds are
 relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide encoder separates inputs by small
 activation differences that int8 rounding partly erases (measured on an AVX-512 VNNI machine:
 Spearman 0.976, top-10 overlap 0.97 on this subset; on an AVX2-only EPYC, whose int8 kernels need
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from child_process import in_child_process
 
 TINY_VALIDATION_PAIRS = 48
 
@@ -37,7 +39,7 @@ def isolated_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def _tiny_thresholds():  # noqa: ANN202 - the type lives in an optional-dependency module
-    from onnxrank.export.validate import FidelityThresholds
+    from onnxrank.export.fidelity import FidelityThresholds
 
     return FidelityThresholds(int8_min_spearman=0.8, int8_min_spearman_per_query=0.8,
                               int8_min_top10_overlap=0.7, int8_min_cosine=0.9)
@@ -59,8 +61,9 @@ def tiny_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathF
     from onnxrank.export.pipeline import ExportRequest, export_model
 
     out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-reranker"
-    export_model(ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out_dir,
-                               validation_pairs=TINY_VALIDATION_PAIRS, thresholds=_tiny_thresholds()))
+    in_child_process(export_model, ExportRequest(
+        model=str(tiny_checkpoint_dir), out_dir=out_dir, validation_pairs=TINY_VALIDATION_PAIRS,
+        thresholds=_tiny_thresholds()))
     return out_dir
 
 
@@ -82,9 +85,9 @@ def tiny_embedder_dir(
     from onnxrank.export.pipeline import ExportRequest, export_model
 
     out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-embedder"
-    export_model(ExportRequest(model=str(tiny_embedder_checkpoint_dir), out_dir=out_dir,
-                               task="embedding", validation_pairs=TINY_VALIDATION_PAIRS,
-                               thresholds=_tiny_thresholds()))
+    in_child_process(export_model, ExportRequest(
+        model=str(tiny_embedder_checkpoint_dir), out_dir=out_dir, task="embedding",
+        validation_pairs=TINY_VALIDATION_PAIRS, thresholds=_tiny_thresholds()))
     return out_dir
 
 

@@ -12,14 +12,15 @@ from onnxrank.cli.common import HelpFormatter
 from onnxrank.cli.options import add_flag, field_flag
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, load_model_spec, verify_files
+from onnxrank.export.fidelity import FidelityThresholds
 
 # These modules import only numpy, tokenizers and onnxruntime at the top (torch and transformers
 # are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
 # work without the export extra while the defaults below stay the library's own.
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.recipes import BUILTIN_RECIPES
-from onnxrank.export.source import DEFAULT_MODEL, DEFAULT_REGISTRY
-from onnxrank.export.validate import FidelityThresholds
+from onnxrank.export.source import DEFAULT_REGISTRY
+from onnxrank.export.tasks import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,11 @@ from onnxrank._optional import require
 
 if TYPE_CHECKING:
     from onnxrank.export.families import Family
+    from onnxrank.export.fidelity import FidelityThresholds
     from onnxrank.export.quantize import Int8Settings
     from onnxrank.export.quantize_openvino import OvInt8Settings
-    from onnxrank.export.validate import FidelityThresholds, ValidationInputs
+    from onnxrank.export.tasks import ExportTask
+    from onnxrank.export.validate import ValidationInputs
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class ExportContext:
     """The fp32 export, its reference outputs and the request's settings, for every variant step.
 
     Attributes:
-        task: ``rerank`` or ``embedding``.
+        task: The export's task (onnxrank.export.tasks).
         family: The checkpoint's family (onnxrank.export.families).
         config: The transformers config.
         input_names: The graph's inputs (the family's answer); what every calibration feed holds.
@@ -65,7 +67,7 @@ class ExportContext:
         progress: Where each step is announced.
     """
 
-    task: str
+    task: ExportTask
     family: Family
     config: Any
     input_names: tuple[str, ...]

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
-from onnxrank.export.validate import (
-    HELD_OUT,
-    FidelityThresholds,
-    compare,
-    run_batches,
-    threshold_failures,
-)
+from onnxrank.export.fidelity import FidelityThresholds
+from onnxrank.export.validate import HELD_OUT, compare, run_batches, threshold_failures
+
+if TYPE_CHECKING:
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +101,7 @@ def bf16_record(context: ExportContext, path: Path, *, precision: str,
     return metrics
 
 
-def threshold_text(task: str, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
+def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
     """The manifest's ``thresholds`` of a fidelity record: metric -> "<= 0.01" / ">= 0.98"."""
     return {metric: f"{direction} {threshold:g}"
-            for metric, direction, threshold, _ in thresholds.checks(task, variant)}
+            for metric, direction, threshold, _ in task.threshold_checks(thresholds, variant)}

@@ -22,21 +22,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
-RERANK_OUTPUT = "logits"
-EMBEDDING_OUTPUT = "embeddings"
 
 
-def graph_module(model: Any, task: str, input_names: tuple[str, ...]) -> torch.nn.Module:
-    """Wrap a transformers model so its forward takes the graph inputs positionally.
-
-    For ``rerank`` the output is the classification logits [batch, num_labels]; for ``embedding``
-    the wrapped model is the bare encoder and the output is its last hidden state mean-pooled over
-    the attention mask and L2-normalised [batch, hidden] (what sentence-transformers'
-    Transformer -> Pooling(mean) -> Normalize computes).
+def logits_graph(model: Any, input_names: tuple[str, ...]) -> torch.nn.Module:
+    """A transformers ``*ForSequenceClassification`` whose forward takes the graph inputs
+    positionally and returns its logits [batch, num_labels].
 
     Args:
-        model: A transformers ``*ForSequenceClassification`` (rerank) or ``AutoModel`` (embedding).
-        task: ``"rerank"`` or ``"embedding"``.
+        model: The classification model (or its [CLS]-only copy).
         input_names: The graph inputs in order, a prefix-free subset of
             (input_ids, attention_mask, token_type_ids) that always starts with the first two.
     """
@@ -49,6 +42,21 @@ def graph_module(model: Any, task: str, input_names: tuple[str, ...]) -> torch.n
 
         def forward(self, *inputs: Any) -> Any:
             return self.model(**dict(zip(input_names, inputs))).logits
+
+    return RerankGraph().eval()
+
+
+def mean_pooled_graph(model: Any, input_names: tuple[str, ...]) -> torch.nn.Module:
+    """A bare transformers encoder (``AutoModel``) whose forward takes the graph inputs
+    positionally and returns its last hidden state mean-pooled over the attention mask and
+    L2-normalised [batch, hidden] (what sentence-transformers' Transformer -> Pooling(mean) ->
+    Normalize computes).
+
+    Args:
+        model: The encoder.
+        input_names: The graph inputs in order (see logits_graph).
+    """
+    torch = require("torch", extra="export")
 
     class EmbeddingGraph(torch.nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
@@ -64,28 +72,14 @@ def graph_module(model: Any, task: str, input_names: tuple[str, ...]) -> torch.n
             pooled = summed / mask.sum(dim=1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
-    wrapper = RerankGraph() if task == "rerank" else EmbeddingGraph()
-    return wrapper.eval()
-
-
-def export_onnx(
-    model: Any,
-    out_path: Path,
-    *,
-    task: str,
-    input_names: tuple[str, ...],
-    opset: int = DEFAULT_OPSET,
-) -> Path:
-    """Export `model` (wrapped by graph_module) to an fp32 ONNX file; see export_module."""
-    return export_module(graph_module(model, task, input_names), out_path, task=task,
-                         input_names=input_names, opset=opset)
+    return EmbeddingGraph().eval()
 
 
 def export_module(
     wrapper: torch.nn.Module,
     out_path: Path,
     *,
-    task: str,
+    output_name: str,
     input_names: tuple[str, ...],
     opset: int = DEFAULT_OPSET,
 ) -> Path:
@@ -93,9 +87,10 @@ def export_module(
     sequence axes.
 
     Args:
-        wrapper: A module whose forward takes `input_names` positionally (see graph_module).
+        wrapper: A module whose forward takes `input_names` positionally (logits_graph,
+            mean_pooled_graph).
         out_path: Target .onnx file.
-        task: ``"rerank"`` (output "logits") or ``"embedding"`` (output "embeddings").
+        output_name: The graph's one output (the task's: ``logits`` or ``embeddings``).
         input_names: Graph inputs, e.g. ("input_ids", "attention_mask", "token_type_ids").
         opset: ONNX opset version.
 
@@ -103,7 +98,6 @@ def export_module(
         `out_path`.
     """
     torch = require("torch", extra="export")
-    output_name = RERANK_OUTPUT if task == "rerank" else EMBEDDING_OUTPUT
     # batch 2 x sequence 16 dummy: distinct sizes so the exporter cannot confuse the two axes
     dummy = tuple(torch.ones((2, 16), dtype=torch.long) for _ in input_names)
     dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}

@@ -35,7 +35,7 @@ def optimize_transformer(
     """Fuse attention, layer norms and GELU with onnxruntime.transformers.optimizer.
 
     Args:
-        in_path: fp32 ONNX file from export_onnx.
+        in_path: fp32 ONNX file from export_module.
         out_path: Where to save the fused graph.
         num_heads: Attention heads (from the model config).
         hidden_size: Hidden size (from the model config).

@@ -13,13 +13,10 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
@@ -34,21 +31,16 @@ from onnxrank.export.context import (
     first_line,
 )
 from onnxrank.export.families import Family, applicable_variants
+from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.gate import bf16_record, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
 from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
-from onnxrank.export.source import (
-    DEFAULT_MODEL,
-    DEFAULT_REGISTRY,
-    ModelSource,
-    load_checkpoint,
-    resolve_source,
-)
+from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
+from onnxrank.export.tasks import DEFAULT_MODEL, ExportTask, export_task
 from onnxrank.export.validate import (
-    FidelityThresholds,
     ValidationInputs,
     check_thresholds,
     encode_validation,
@@ -64,14 +56,6 @@ logger = logging.getLogger(__name__)
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
 SCRATCH_DIR = ".scratch"
-DEFAULT_MAX_LENGTH = 512
-STANDIN_NOTES = (
-    "Offline stand-in: scores are NOT relevance scores. The encoder was never trained for "
-    "reranking; the head is a logistic regression fitted on frozen features (see source.standin.head). "
-    "Use it to test and benchmark the machinery, not to judge ranking quality. "
-)
-EMBEDDING_NOTES = ("Embedding model: the graph outputs mean-pooled, L2-normalised embeddings "
-                   "(output 'embeddings'); num_labels is unused.")
 # the config fields the manifest's model_config copies
 MODEL_CONFIG_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers",
                      "num_attention_heads", "intermediate_size", "max_position_embeddings",
@@ -128,8 +112,8 @@ class ExportRequest:
                 f"variants must be a non-empty subset of {', '.join(VARIANT_NAMES)}, "
                 f"got {', '.join(self.variants) or 'nothing'}"
             )
-        if self.task not in (None, "rerank", "embedding"):
-            raise ValueError(f"task must be 'rerank' or 'embedding', got {self.task!r}")
+        if self.task is not None:
+            export_task(self.task)
         if not self.int8:
             raise ValueError("int8 needs at least one recipe (Int8Settings)")
         if not self.ov_int8:
@@ -167,11 +151,12 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         ValueError: Bad request values.
     """
     source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
+    task = export_task(source.task)  # the one place the task's name is read
     out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
     progress = Progress(show_progress)
     work_dir = _prepare_work_dir(out_dir)
     try:
-        spec = _export_into(request, source, work_dir, out_dir.name, progress)
+        spec = _export_into(request, source, task, work_dir, out_dir.name, progress)
         _publish(work_dir, out_dir)
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -194,7 +179,8 @@ class _Traced:
 
 
 def _export_into(
-    request: ExportRequest, source: ModelSource, work_dir: Path, name: str, progress: Progress,
+    request: ExportRequest, source: ModelSource, task: ExportTask, work_dir: Path, name: str,
+    progress: Progress,
 ) -> ModelSpec:
     """Every export stage, top to bottom; intermediates go to a scratch directory.
 
@@ -212,15 +198,15 @@ def _export_into(
     progress.step("load")
     loaded, family = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
                                      kind="local" if source.kind != "hub" else "hub",
-                                     task=source.task, recipe=request.recipe)
+                                     task=task, recipe=request.recipe)
     wanted, failed = _applicable_variants(request, loaded, family)
     progress.step("export fp32")
-    traced = _trace_fp32(request, loaded, family, source.task, scratch)
+    traced = _trace_fp32(request, loaded, family, task, scratch)
     progress.step("tokenizer and data")
     prompt = family.prompt(loaded)
-    inputs, calibration = _encode_data(request, traced, work_dir, source.task, prompt)
+    inputs, calibration = _encode_data(request, traced, work_dir, task, prompt)
     progress.step("reference")
-    reference = run_batches(inputs.batches(), _reference_runner(loaded, family, source.task),
+    reference = run_batches(inputs.batches(), task.reference_runner(loaded, family),
                             len(inputs.rows))
     # the PyTorch weights are not needed past here: a 0.6B decoder's 2.4 GB would otherwise stay
     # resident through every variant's session and the OpenVINO conversion
@@ -228,7 +214,7 @@ def _export_into(
     del loaded
     gc.collect()
     context = ExportContext(
-        task=source.task, family=family, config=traced.loaded.config,
+        task=task, family=family, config=traced.loaded.config,
         input_names=traced.loaded.input_names,
         paths={variant: scratch / VARIANTS[variant].file for variant in VARIANT_NAMES},
         inputs=inputs, calibration=calibration, reference=reference,
@@ -246,7 +232,7 @@ def _export_into(
                 logger.warning("variant %s left out: %s", variant, outcome["reason"])
     progress.step("manifest")
     variants = _publish_variants(request, context, built, failed, traced, work_dir)
-    spec = _model_spec(request, source, traced, name=name, variants=variants, failed=failed,
+    spec = _model_spec(request, source, task, traced, name=name, variants=variants, failed=failed,
                        prompt=prompt, work_dir=work_dir)
     write_manifest(spec, work_dir)
     return spec
@@ -304,7 +290,7 @@ def _applicable_variants(request: ExportRequest, loaded: LoadedModel, family: Fa
     return wanted, failed
 
 
-def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, task: str,
+def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, task: ExportTask,
                 scratch: Path) -> _Traced:
     """Trace the (possibly [CLS]-pruned) PyTorch model to the scratch model.onnx."""
     max_length = _resolve_max_length(request, loaded, family, task)
@@ -325,17 +311,13 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
 
 
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
-                        task: str) -> int:
-    """The manifest's max_length: --max-length, else the family's real limit (rerank: positions,
-    capped by the tokenizer's own limit) or the sentence-transformers max_seq_length (embedding)."""
+                        task: ExportTask) -> int:
+    """The manifest's max_length: --max-length, else the task's rule over the family's real limit
+    (positions, capped by the tokenizer's own limit; ExportTask.max_length)."""
     limit = family.max_positions(loaded.config)
     wanted = request.max_length
     if wanted is None:
-        wanted = family.max_length(loaded.config, loaded.tokenizer)
-        if task == "embedding":
-            wanted = min(wanted, DEFAULT_MAX_LENGTH)
-            if loaded.reference is not None and loaded.reference.max_seq_length:
-                wanted = int(loaded.reference.max_seq_length)
+        wanted = task.max_length(family.max_length(loaded.config, loaded.tokenizer), loaded)
     if wanted > limit:
         raise ValueError(
             f"--max-length {wanted} exceeds the model's {limit} position embeddings; pass "
@@ -344,17 +326,18 @@ def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Fam
     return wanted
 
 
-def _graph_model(loaded: LoadedModel, family: Family, task: str, wanted: bool) -> tuple[Any, dict[str, Any]]:
+def _graph_model(loaded: LoadedModel, family: Family, task: ExportTask,
+                 wanted: bool) -> tuple[Any, dict[str, Any]]:
     """The module to export and the manifest's ``graph_rewrites`` entry.
 
-    1. Embedding models: unpruned (mean pooling reads every row).
-    2. Rerank models with the rewrite switched off: unpruned.
-    3. Rerank models whose head reads only [CLS]: the last layer pruned to that row.
-    4. Other rerank models: unpruned, with the reason logged and recorded.
+    1. A task whose output reads every row (embedding: mean pooling): unpruned.
+    2. The rewrite switched off: unpruned.
+    3. A head that reads only [CLS]: the last layer pruned to that row.
+    4. Other heads: unpruned, with the reason logged and recorded.
     """
-    if task == "embedding":
+    if task.cls_only_blocker is not None:
         return loaded.model, {"cls_only_last_layer": {
-            "applied": False, "reason": "embedding model: mean pooling reads every row"}}
+            "applied": False, "reason": task.cls_only_blocker}}
     if not wanted:
         return loaded.model, {"cls_only_last_layer": {
             "applied": False, "reason": "switched off (--no-cls-only-last-layer)"}}
@@ -376,7 +359,7 @@ def _graph_model(loaded: LoadedModel, family: Family, task: str, wanted: bool) -
     }}
 
 
-def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: str,
+def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: ExportTask,
                  prompt: dict[str, Any] | None) -> tuple[ValidationInputs, ValidationInputs]:
     """Save the tokenizer and config beside the graph; encode the validation and calibration
     pairs with the saved tokenizer, as the engine will."""
@@ -389,24 +372,6 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
                           max_length=traced.max_length, pad_id=pad_id, prompt=prompt)
         for pairs in (load_validation_pairs(request.validation_pairs), load_calibration_pairs()))
     return validation, calibration
-
-
-def _reference_runner(loaded: LoadedModel, family: Family,
-                      task: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """The unpruned PyTorch model as a run(feeds) callable: the reference every variant meets."""
-    if task == "rerank":
-        return family.reference_runner(loaded)
-    torch = require("torch", extra="export")
-    names = loaded.input_names
-
-    def run_embedding(feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with torch.inference_mode():
-            features = {name: torch.from_numpy(feeds[name]) for name in names}
-            embedding = loaded.reference(features)["sentence_embedding"]
-            # the graph always normalises; a reference without a Normalize module does not
-            return torch.nn.functional.normalize(embedding, p=2.0, dim=1).float().numpy()
-
-    return run_embedding
 
 
 def _gate_fp32(context: ExportContext) -> BuiltVariant:
@@ -482,11 +447,12 @@ def _publish_variants(request: ExportRequest, context: ExportContext,
     return specs
 
 
-def _model_spec(request: ExportRequest, source: ModelSource, traced: _Traced, *, name: str,
+def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, traced: _Traced, *,
+                name: str,
                 variants: dict[str, VariantSpec], failed: dict[str, dict[str, Any]],
                 prompt: dict[str, Any] | None, work_dir: Path) -> ModelSpec:
     """The manifest of the finished export."""
-    loaded, family, task = traced.loaded, traced.family, source.task
+    loaded, family = traced.loaded, traced.family
     config = loaded.config
     tokenizer_files = {
         path.name: sha256_file(path) for path in sorted(work_dir.iterdir())
@@ -494,12 +460,10 @@ def _model_spec(request: ExportRequest, source: ModelSource, traced: _Traced, *,
         and path.name != TOKENIZER_FILE and not path.name.endswith(".onnx")
     }
     source_entry = _source_entry(source, loaded, request.seed)
-    notes = STANDIN_NOTES if "standin" in source_entry and task == "rerank" else ""
-    if task == "embedding":
-        notes += EMBEDDING_NOTES
+    notes = task.notes(standin="standin" in source_entry)
     return ModelSpec(
         name=name,
-        task=task,  # type: ignore[arg-type]
+        task=task.name,
         source=source_entry,
         num_labels=family.num_labels(config, task),
         max_length=traced.max_length,
@@ -514,7 +478,7 @@ def _model_spec(request: ExportRequest, source: ModelSource, traced: _Traced, *,
         versions=_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model_config={key: getattr(config, key, None) for key in MODEL_CONFIG_KEYS},
-        embedding_dim=int(config.hidden_size) if task == "embedding" else None,
+        embedding_dim=task.embedding_dim(config),
         graph_rewrites=traced.graph_rewrites,
         prompt=prompt,
         family=family.describe(config),

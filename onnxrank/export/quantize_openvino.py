@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from onnxrank.export.quantize import (
     ffn_up_projections,
     head_projections,
 )
+
+if TYPE_CHECKING:
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
@@ -92,14 +95,14 @@ DEFAULT_OV_INT8_RECIPES = (
 IR_WEIGHTS_SUFFIX = ".bin"
 
 
-def distinct_ov_recipes(recipes: Sequence[OvInt8Settings], *, task: str,
+def distinct_ov_recipes(recipes: Sequence[OvInt8Settings], *, task: ExportTask,
                         layers: int) -> tuple[OvInt8Settings, ...]:
     """`recipes` as they apply to this model, repeats dropped.
 
-    Layer counts are capped at the model's layers, and an embedding model has no classification
-    head, so ``fp32_head`` is cleared for it (rung 2 then equals rung 1 and is tried once).
+    Layer counts are capped at the model's layers, and a task without a classification head
+    (embedding) clears ``fp32_head`` (rung 2 then equals rung 1 and is tried once).
     """
-    fitted = (replace(recipe, fp32_head=recipe.fp32_head and task == "rerank",
+    fitted = (replace(recipe, fp32_head=recipe.fp32_head and task.has_head,
                       fp32_ffn_up_layers=min(recipe.fp32_ffn_up_layers, layers),
                       fp32_ffn_down_layers=min(recipe.fp32_ffn_down_layers, layers))
               for recipe in recipes)

@@ -7,7 +7,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
@@ -16,9 +16,11 @@ from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
+if TYPE_CHECKING:
+    from onnxrank.export.tasks import ExportTask
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 DEFAULT_REGISTRY = Path("models/registry.json")
 SourceKind = Literal["hub", "local", "standin"]
 
@@ -127,40 +129,6 @@ def _check_checkpoint_dir(directory: Path) -> None:
         )
 
 
-def _check_embedding_pooling(directory: Path | None) -> None:
-    if directory is None:
-        return
-    pooling_path = directory / "1_Pooling" / "config.json"
-    if not pooling_path.is_file():
-        return
-    pooling = json.loads(pooling_path.read_text("utf-8"))
-    if not pooling.get("pooling_mode_mean_tokens", False):
-        modes = sorted(key for key, value in pooling.items() if key.startswith("pooling_mode") and value)
-        raise ExportError(
-            f"{directory} uses sentence-transformers pooling {modes}; onnxrank embedding graphs do "
-            "mean pooling only (pooling_mode_mean_tokens), so this model cannot be exported"
-        )
-
-
-def _check_cross_encoder(config: Any, location: str) -> None:
-    """A reranker that is no decoder must be a ``*ForSequenceClassification`` with one label."""
-    architectures = list(getattr(config, "architectures", None) or [])
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise ExportError(
-            f"{location} has no sequence-classification head (architectures: "
-            f"{', '.join(architectures) or 'none'}); a reranker must be a cross-encoder "
-            "(*ForSequenceClassification with num_labels=1); for an embedding model pass "
-            "--task embedding"
-        )
-    if config.num_labels != 1:
-        raise ExportError(
-            f"{location} has num_labels={config.num_labels} (labels: "
-            f"{', '.join(map(str, config.id2label.values()))}); onnxrank scores each pair with "
-            "one relevance logit, so only num_labels=1 cross-encoders can be exported, e.g. "
-            f"{DEFAULT_MODEL}"
-        )
-
-
 def _source_record(location: str, directory: Path | None,
                    config: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The manifest's ``source`` entry of a checkpoint, and its stand-in marker (or None)."""
@@ -176,11 +144,12 @@ def _source_record(location: str, directory: Path | None,
     return source, marker
 
 
-def load_checkpoint(location: str, *, kind: SourceKind, task: str,
+def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
                     recipe: str | None = None) -> tuple[LoadedModel, Family]:
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
 
     Args:
+        task: The export's task: which checks, Auto class and reference apply.
         recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
             built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
 
@@ -205,16 +174,13 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
             raise _hub_error(location, err) from err
         raise ExportError(f"could not read the config of {location}: {err}") from err
     family = family_for(config)
-    prompt_recipe = resolve_recipe(recipe, model=location) if task == "rerank" else None
+    prompt_recipe = resolve_recipe(recipe, model=location) if task.takes_recipe else None
     if prompt_recipe is not None and not family.uses_recipe:
         raise ExportError(
             f"--recipe {prompt_recipe.name} is for decoder rerankers (causal LMs scored by a "
             f"prompt); {location} is a {config.model_type!r} model: drop --recipe"
         )
-    if task == "rerank" and not family.uses_recipe:
-        _check_cross_encoder(config, location)
-    if task == "embedding":
-        _check_embedding_pooling(directory)
+    task.check_checkpoint(config, directory, location, uses_recipe=family.uses_recipe)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
         if prompt_recipe is not None and tokenizer.is_fast:  # before the (large) weights load
@@ -233,12 +199,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: str,
         )
     model.eval()
     input_names = family.input_names(tokenizer, config)
-    reference = None
-    if task == "embedding":
-        sentence_transformers = require("sentence_transformers", extra="export")
-        reference = sentence_transformers.SentenceTransformer(
-            location, device="cpu", local_files_only=local
-        ).eval()
+    reference = task.load_reference(location, local=local)
     source, marker = _source_record(location, directory, config)
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
     return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,

@@ -9,7 +9,8 @@ the *same* token ids, so a difference is the model's and never the tokenizer's.
 The validation pairs have two parts (whole query groups, HELD_OUT_GROUPS): every choice an export
 makes (the int8 ladders) looks at the ``tuning`` part only; the ``held_out`` part is text no choice
 has seen, and every gate is checked on both. Calibration uses a third, disjoint file
-(calibration_pairs.jsonl; see onnxrank.export.validation_data).
+(calibration_pairs.jsonl; see onnxrank.export.validation_data). The metrics and thresholds are
+onnxrank.export.fidelity's; the model's task (onnxrank.export.tasks) says which apply.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -31,14 +32,16 @@ from onnxrank.engine.kinds import row_encoder
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
-from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import FidelityError
+from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.options import field_flag
+
+if TYPE_CHECKING:
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 16
-TOP_K = 10
 BATCH_EFFECT_SIZE = 64
 TUNING, HELD_OUT = "tuning", "held_out"
 PARTS = (TUNING, HELD_OUT)
@@ -56,13 +59,6 @@ HELD_OUT_GROUPS = ("cranfield:12", "cranfield:57", "cranfield:74", "cranfield:87
 SUBSET_HELD_OUT_SHARE = 1 / 3
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
-# variants judged on rankings rather than on score differences: the int8 files, and the bf16 runs
-# that keep their own fidelity record (neither is bit-faithful)
-INT8_VARIANTS = (*(facts.name for facts in VARIANTS.values() if facts.precision == "int8"),
-                 *(run.fidelity_key for facts in VARIANTS.values() for run in facts.runs_as
-                   if run.fidelity_key is not None))
-
-
 @dataclass(frozen=True, slots=True)
 class ValidationPair:
     """One (query, passage) pair of the validation (or calibration) set and its query group.
@@ -78,59 +74,6 @@ class ValidationPair:
     query: str
     passage: str
     part: str = TUNING
-
-
-@dataclass(frozen=True, slots=True)
-class FidelityThresholds:
-    """Minimum fidelity per variant; a variant below any of them, on either part, fails the export.
-
-    Rerank models are judged on scores (logits); embedding models on the cosine between the
-    variant's and the reference's embedding of each text.
-
-    Attributes:
-        fp32_max_abs_diff: Largest |logit difference| allowed for model.onnx, per unit of the
-            reference's largest |logit| (at least 1): float32 rounding grows with the logits'
-            magnitude and the depth, so a 22-layer model with logits of +-10 is held to the same
-            relative standard as a 6-layer one with logits of +-1.
-        opt_max_abs_diff: Same for model_opt.onnx.
-        int8_min_spearman: Rank correlation with the reference over the pairs of a part, for the
-            int8 variants (int8, ov_int8) and OpenVINO bf16.
-        int8_min_spearman_per_query: Mean over a part's query groups of the Spearman correlation
-            within each group, for the same variants: a reranker's ranking is read per query, and
-            a correlation pooled over all pairs hides queries whose candidates are reordered (the
-            stand-in's ov_int8 passed a pooled 0.991 on the held-out pairs with a per-query mean
-            of 0.973).
-        int8_min_top10_overlap: Mean over a part's query groups of the share of the reference
-            top-10 kept, for the same variants.
-        fp16_max_abs_diff: Largest |logit difference| for model_fp16.onnx (when CPU can run it).
-        embedding_min_cosine: Lowest per-text cosine for fp32, opt and fp16 embedding variants.
-        int8_min_cosine: Lowest per-text cosine for the int8 embedding variants.
-    """
-
-    fp32_max_abs_diff: float = 1e-4
-    opt_max_abs_diff: float = 1e-3
-    int8_min_spearman: float = 0.98
-    int8_min_spearman_per_query: float = 0.98
-    int8_min_top10_overlap: float = 0.9
-    fp16_max_abs_diff: float = 5e-2
-    embedding_min_cosine: float = 0.999
-    int8_min_cosine: float = 0.98
-
-    def checks(self, task: str, variant: str) -> list[tuple[str, str, float, str]]:
-        """(metric, "<=" or ">=", threshold, attribute name) for one variant."""
-        if task == "embedding":
-            if variant in INT8_VARIANTS:
-                return [("cosine_min", ">=", self.int8_min_cosine, "int8_min_cosine")]
-            return [("cosine_min", ">=", self.embedding_min_cosine, "embedding_min_cosine")]
-        if variant in INT8_VARIANTS:
-            return [("spearman", ">=", self.int8_min_spearman, "int8_min_spearman"),
-                    ("spearman_per_query_mean", ">=", self.int8_min_spearman_per_query,
-                     "int8_min_spearman_per_query"),
-                    ("top10_overlap", ">=", self.int8_min_top10_overlap, "int8_min_top10_overlap")]
-        if variant == "fp32":
-            return [("max_abs_diff_scaled", "<=", self.fp32_max_abs_diff, "fp32_max_abs_diff")]
-        name = f"{variant}_max_abs_diff"
-        return [("max_abs_diff", "<=", float(getattr(self, name)), name)]
 
 
 def _read_pairs(file_name: str) -> list[dict[str, Any]]:
@@ -180,57 +123,6 @@ def load_calibration_pairs() -> list[ValidationPair]:
             for row in _read_pairs(CALIBRATION_FILE)]
 
 
-def _rank(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.arange(len(values), dtype=np.float64)
-    # average the ranks of ties, as scipy.stats.rankdata does
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
-
-
-def _pearson(left: np.ndarray, right: np.ndarray) -> float:
-    if np.std(left) == 0 or np.std(right) == 0:
-        return float("nan")
-    return float(np.corrcoef(left, right)[0, 1])
-
-
-def score_metrics(reference: np.ndarray, scores: np.ndarray, groups: Sequence[str]) -> dict[str, Any]:
-    """Agreement of two score arrays over the same pairs.
-
-    Returns:
-        max |Δ|, mean |Δ|, Pearson and Spearman over all pairs; top-10 overlap per query group
-        (mean, and the worst group); Spearman within each group (mean); the reference's spread.
-    """
-    reference = np.asarray(reference, dtype=np.float64)
-    scores = np.asarray(scores, dtype=np.float64)
-    group_array = np.asarray(groups)
-    overlaps, group_spearman = [], []
-    for group in dict.fromkeys(groups):
-        members = np.flatnonzero(group_array == group)
-        k = min(TOP_K, len(members))
-        top_reference = set(members[np.argsort(-reference[members], kind="stable")[:k]])
-        top_variant = set(members[np.argsort(-scores[members], kind="stable")[:k]])
-        overlaps.append(len(top_reference & top_variant) / k)
-        group_spearman.append(_pearson(_rank(reference[members]), _rank(scores[members])))
-    difference = np.abs(reference - scores)
-    return {
-        "pairs": int(len(reference)),
-        "groups": len(overlaps),
-        "max_abs_diff": float(difference.max()),
-        # the fp32 gate's metric: |Δ| per unit of the logits' scale (FidelityThresholds)
-        "max_abs_diff_scaled": float(difference.max() / max(1.0, np.abs(reference).max())),
-        "mean_abs_diff": float(difference.mean()),
-        "pearson": _pearson(reference, scores),
-        "spearman": _pearson(_rank(reference), _rank(scores)),
-        "top10_overlap": float(np.mean(overlaps)),
-        "top10_overlap_min": float(np.min(overlaps)),
-        "spearman_per_query_mean": float(np.nanmean(group_spearman)),
-        "reference_std": float(reference.std()),
-    }
-
-
 def length_batches(rows: Sequence[EncodedRow], pad_id: int,
                    batch_size: int = BATCH_SIZE) -> RowPlan:
     """Rows sorted by length (stable) and cut into consecutive batches of `batch_size`, each
@@ -267,15 +159,15 @@ class ValidationInputs:
     """Encoded validation rows for one model, shared by the reference and every variant.
 
     Attributes:
-        task: ``rerank`` (rows are pairs) or ``embedding`` (rows are single texts).
+        task: The model's task: how pairs became rows and which metrics judge them.
         rows: Encoded rows.
         groups: Query group per pair.
         parts: Part (tuning or held_out) per pair.
-        pair_rows: Embedding only: (query row, passage row) per pair.
+        pair_rows: (query row, passage row) per pair when a row is one text (embedding), else empty.
         pad_id: Padding token id.
     """
 
-    task: str
+    task: ExportTask
     rows: list[EncodedRow]
     groups: list[str]
     parts: list[str]
@@ -298,7 +190,8 @@ class ValidationInputs:
 
 
 def encode_validation(
-    pairs: Sequence[ValidationPair], tokenizer_path: Path, *, task: str, max_length: int, pad_id: int,
+    pairs: Sequence[ValidationPair], tokenizer_path: Path, *, task: ExportTask, max_length: int,
+    pad_id: int,
     prompt: dict[str, Any] | None = None,
 ) -> ValidationInputs:
     """Tokenize pairs the way the engine will (tokenizer.json, same truncation; a decoder
@@ -308,41 +201,17 @@ def encode_validation(
     tokenizer.no_truncation()
     recipe = None if prompt is None else PromptRecipe.from_dict(
         prompt, origin="the export's prompt recipe")
-    encoder = row_encoder(task, recipe, tokenizer, max_length)
-    groups = [pair.group for pair in pairs]
-    parts = [pair.part for pair in pairs]
-    if task == "rerank":
-        rows = encoder.encode([(p.query, p.passage) for p in pairs])
-        return ValidationInputs(task, rows, groups, parts, [], pad_id)
-    texts = list(dict.fromkeys([p.query for p in pairs] + [p.passage for p in pairs]))
-    position = {text: index for index, text in enumerate(texts)}
-    rows = encoder.encode(texts)
-    pair_rows = [(position[p.query], position[p.passage]) for p in pairs]
-    return ValidationInputs(task, rows, groups, parts, pair_rows, pad_id)
+    encoder = row_encoder(task.name, recipe, tokenizer, max_length)
+    rows, pair_rows = task.validation_rows(encoder, [(pair.query, pair.passage) for pair in pairs])
+    return ValidationInputs(task, rows, [pair.group for pair in pairs],
+                            [pair.part for pair in pairs], pair_rows, pad_id)
 
 
 def _part_metrics(inputs: ValidationInputs, reference: np.ndarray, outputs: np.ndarray,
                   part: str) -> dict[str, Any]:
     pairs = [index for index, name in enumerate(inputs.parts) if name == part]
     groups = [inputs.groups[index] for index in pairs]
-    if inputs.task == "rerank":
-        return score_metrics(reference[pairs, 0], outputs[pairs, 0], groups)
-    queries = np.array([inputs.pair_rows[index][0] for index in pairs])
-    passages = np.array([inputs.pair_rows[index][1] for index in pairs])
-    texts = np.unique(np.concatenate([queries, passages]))
-    cosines = np.sum(reference[texts] * outputs[texts], axis=1) / (
-        np.linalg.norm(reference[texts], axis=1) * np.linalg.norm(outputs[texts], axis=1)
-    )
-    reference_similarity = np.sum(reference[queries] * reference[passages], axis=1)
-    variant_similarity = np.sum(outputs[queries] * outputs[passages], axis=1)
-    metrics = score_metrics(reference_similarity, variant_similarity, groups)
-    metrics.update({
-        "texts": int(len(texts)),
-        "cosine_min": float(cosines.min()),
-        "cosine_mean": float(cosines.mean()),
-        "embedding_max_abs_diff": float(np.abs(reference[texts] - outputs[texts]).max()),
-    })
-    return metrics
+    return inputs.task.metrics(reference, outputs, pairs, groups, inputs.pair_rows)
 
 
 def compare(inputs: ValidationInputs, reference: np.ndarray, outputs: np.ndarray) -> dict[str, Any]:
@@ -374,7 +243,7 @@ def batch_dependence(run: Callable[[dict[str, np.ndarray]], np.ndarray],
     return {"batch_1_vs_64_max_abs_diff": float(np.abs(alone - together).max())}
 
 
-def threshold_failures(task: str, variant: str, metrics: dict[str, Any],
+def threshold_failures(task: ExportTask, variant: str, metrics: dict[str, Any],
                        thresholds: FidelityThresholds) -> list[str]:
     """One message per metric of `variant` beyond its threshold, on either part."""
     if not metrics.get("validated", True):
@@ -383,7 +252,7 @@ def threshold_failures(task: str, variant: str, metrics: dict[str, Any],
     for part, values in ((metrics.get("part", TUNING), metrics), (HELD_OUT, metrics.get(HELD_OUT))):
         if not values or "pairs" not in values:
             continue
-        for metric, direction, threshold, attribute in thresholds.checks(task, variant):
+        for metric, direction, threshold, attribute in task.threshold_checks(thresholds, variant):
             value = values[metric]
             bad = (value > threshold) if direction == "<=" else not (value >= threshold)
             if bad:
@@ -395,7 +264,8 @@ def threshold_failures(task: str, variant: str, metrics: dict[str, Any],
     return failures
 
 
-def check_thresholds(task: str, fidelity: dict[str, dict[str, Any]], thresholds: FidelityThresholds) -> None:
+def check_thresholds(task: ExportTask, fidelity: dict[str, dict[str, Any]],
+                     thresholds: FidelityThresholds) -> None:
     """Raise FidelityError naming every variant metric beyond its threshold, on either part.
 
     Raises:

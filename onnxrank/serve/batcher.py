@@ -71,6 +71,10 @@ class BatchTask(Protocol):
         raises."""
         ...
 
+    def items_counter(self, metrics: ServerMetrics) -> Any:
+        """The Prometheus counter of the items this task's engine ran (pairs or texts)."""
+        ...
+
 
 class QueueFullError(Exception):
     """The queue holds `max_queue` jobs; retry after `retry_after_s` seconds."""
@@ -358,7 +362,7 @@ class Batcher:
         elapsed = time.perf_counter() - started
         metrics, model = self._metrics, {"model": self.model}
         metrics.engine_runs.labels(**model).inc()
-        metrics.items_done(self.task.name).labels(**model).inc(items)
+        self.task.items_counter(metrics).labels(**model).inc(items)
         metrics.run_requests.labels(**model).observe(len(jobs))
         metrics.run_items.labels(**model).observe(items)
         metrics.tokenize_seconds.labels(**model).observe(run.tokenize_ms / 1000.0)

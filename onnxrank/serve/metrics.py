@@ -4,7 +4,7 @@ Engine-side metrics carry the served model's id as label ``model``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onnxrank._optional import require
 
@@ -86,10 +86,6 @@ class ServerMetrics:
             self.queue_depth.labels(model=name)
             for reason in DROP_REASONS:
                 self.dropped.labels(model=name, reason=reason)
-
-    def items_done(self, task: str) -> Any:
-        """The counter of items a task's engine ran: pairs (rerank) or texts (embedding)."""
-        return self.pairs_scored if task == "rerank" else self.texts_embedded
 
     def exposition(self) -> tuple[bytes, str]:
         """The Prometheus text format of every metric, with its content type."""

@@ -14,6 +14,7 @@ import numpy as np
 from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.reranker import Reranker
 from onnxrank.serve.batcher import BatchTask, TaskRun
+from onnxrank.serve.metrics import ServerMetrics
 from onnxrank.types import Pair
 
 WARM_UP_PAIRS: list[Pair] = [("warm up the engine", "one short document to score at start")]
@@ -36,6 +37,10 @@ class RerankTask:
         return TaskRun(values=np.asarray(run.scores), token_counts=np.asarray(run.token_counts),
                        tokenize_ms=float(run.tokenize_ms), inference_ms=float(run.inference_ms),
                        batches=list(run.batches))
+
+    def items_counter(self, metrics: ServerMetrics) -> Any:
+        """Pairs scored."""
+        return metrics.pairs_scored
 
 
 class EmbeddingTask:
@@ -63,6 +68,10 @@ class EmbeddingTask:
         return TaskRun(values=run.vectors, token_counts=run.token_counts,
                        tokenize_ms=run.tokenize_ms, inference_ms=run.inference_ms,
                        batches=run.batches)
+
+    def items_counter(self, metrics: ServerMetrics) -> Any:
+        """Texts embedded."""
+        return metrics.texts_embedded
 
 
 def task_for(engine: Reranker | Embedder) -> BatchTask:

@@ -1,7 +1,8 @@
 """Fixtures of the decoder-reranker tests: a tiny random Qwen3ForCausalLM with a byte-level BPE
 tokenizer (chat special tokens, single-token "yes"/"no"), exported once through the CLI with the
-qwen3-reranker recipe, and the model card's transformers recipe on the same checkpoint; and the
-same for every built-in recipe (``recipe_*`` fixtures, parametrised over RECIPE_MODELS)."""
+qwen3-reranker recipe (in a child process, whose memory goes back when it ends), and the model
+card's transformers recipe on the same checkpoint; and the same for every built-in recipe
+(``recipe_*`` fixtures, parametrised over RECIPE_MODELS)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from child_process import in_child_process
 from decoder_reference import BgeGemmaCard, ModelCardReranker, MxbaiCard
 
 from onnxrank.engine.reranker import Reranker
@@ -34,9 +36,9 @@ def decoder_model_dir(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPat
     from onnxrank.cli import main
 
     out = tmp_path_factory.mktemp("models") / "qwen3-tiny-reranker"
-    code = main(["export", "--model", str(decoder_checkpoint), "--recipe", "qwen3-reranker",
-                 "--out", str(out), "--max-length", str(MAX_LENGTH),
-                 "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+    code = in_child_process(main, ["export", "--model", str(decoder_checkpoint), "--recipe",
+                                   "qwen3-reranker", "--out", str(out), "--max-length",
+                                   str(MAX_LENGTH), "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
     assert code == 0, "the decoder export failed (see the captured stderr)"
     return out
 
@@ -93,9 +95,10 @@ def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.
     if RECIPE_MODELS[recipe_name] is None:
         return Path(request.getfixturevalue("decoder_model_dir"))
     out = tmp_path_factory.mktemp("models") / recipe_name
-    code = main(["export", "--model", str(recipe_checkpoint), "--recipe", recipe_name,
-                 "--out", str(out), "--max-length", str(MAX_LENGTH), "--variants",
-                 RECIPE_VARIANTS, "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+    code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
+                                   recipe_name, "--out", str(out), "--max-length", str(MAX_LENGTH),
+                                   "--variants", RECIPE_VARIANTS, "--validation-pairs",
+                                   VALIDATION_PAIRS, "--quiet"])
     assert code == 0, f"the {recipe_name} export failed (see the captured stderr)"
     return out
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from child_process import in_child_process
 
 from onnxrank.cli import main
 from onnxrank.engine.runtime import open_model_file
@@ -24,15 +25,15 @@ from onnxrank.engine.spec import (
 )
 from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
 from onnxrank.errors import ExportError, FidelityError, ModelLoadError
+from onnxrank.export.fidelity import FidelityThresholds, score_metrics
 from onnxrank.export.pipeline import ExportRequest, export_model
 from onnxrank.export.source import content_sha256
+from onnxrank.export.tasks import EMBEDDING, RERANK
 from onnxrank.export.validate import (
-    FidelityThresholds,
     check_thresholds,
     length_batches,
     load_validation_pairs,
     run_batches,
-    score_metrics,
 )
 
 # how each variant runs: (backend, precision) for onnxrank.engine.runtime.open_model_file
@@ -169,15 +170,15 @@ def test_fidelity_is_checked_on_the_held_out_part_too() -> None:
             "(--int8-min-spearman); variant ov_int8 (held-out pairs): spearman_per_query_mean = "
             "0.97, threshold >= 0.98 (--int8-min-spearman-per-query); variant ov_int8 (held-out "
             "pairs): top10_overlap = 0.8, threshold >= 0.9 (--int8-min-top10-overlap)")):
-        check_thresholds("rerank", {"ov_int8": tuning_ok}, FidelityThresholds())
+        check_thresholds(RERANK, {"ov_int8": tuning_ok}, FidelityThresholds())
     # a pooled correlation above the floor does not hide a per-query one below it
     with pytest.raises(FidelityError, match=re.escape(
             "variant ov_int8 (held-out pairs): spearman_per_query_mean = 0.975, threshold >= "
             "0.98 (--int8-min-spearman-per-query). Nothing was written")):
-        check_thresholds("rerank", {"ov_int8": {**tuning_ok, "held_out": {
+        check_thresholds(RERANK, {"ov_int8": {**tuning_ok, "held_out": {
             "pairs": 16, "spearman": 0.991, "spearman_per_query_mean": 0.975,
             "top10_overlap": 0.93}}}, FidelityThresholds())
-    check_thresholds("rerank", {"ov_int8": {**tuning_ok, "held_out": {
+    check_thresholds(RERANK, {"ov_int8": {**tuning_ok, "held_out": {
         "pairs": 16, "spearman": 0.981, "spearman_per_query_mean": 0.98, "top10_overlap": 0.9}}},
         FidelityThresholds())
 
@@ -340,7 +341,7 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
                             thresholds=FidelityThresholds(int8_min_spearman=0.99999))
     # every default int8 recipe is tried and each misses: int8 is left out with the last one's
     # value and every attempt; fp32 is kept
-    spec = export_model(request).spec
+    spec = in_child_process(export_model, request).spec
     failure = spec.failed_variants["int8"]
     assert re.search(r"variant int8 \(tuning pairs\): spearman = 0\.\d+, "
                      r"threshold >= 0\.99999 \(--int8-min-spearman\)", failure["reason"])
@@ -350,9 +351,9 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     # nothing passing on CPU fails the export and writes nothing
     with pytest.raises(FidelityError, match=r"no CPU variant passed validation: int8: variant "
                        r"int8 \(tuning pairs\): spearman = 0\.\d+") as error:
-        export_model(ExportRequest(model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none",
-                                   variants=("int8",), validation_pairs=16,
-                                   thresholds=FidelityThresholds(int8_min_spearman=0.99999)))
+        in_child_process(export_model, ExportRequest(
+            model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none", variants=("int8",),
+            validation_pairs=16, thresholds=FidelityThresholds(int8_min_spearman=0.99999)))
     assert "Nothing was written" in str(error.value)
     assert _leftovers(tmp_path, "none") == []
 
@@ -559,11 +560,11 @@ def test_openvino_int8_ladder_and_the_nodes_it_keeps_fp32(tiny_model_dir: Path) 
             for name in ffn_down_projections(plain)] == ["0", "1"]
     assert len(activation_matmuls(plain)) == 4  # query x key and probabilities x value, 2 layers
     assert head_projections(plain) == ["/model/bert/pooler/dense/Gemm", "/model/classifier/Gemm"]
-    rungs = distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task="rerank", layers=2)
+    rungs = distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=RERANK, layers=2)
     assert [(r.fp32_head, r.fp32_ffn_up_layers, r.fp32_attention_products) for r in rungs] == [
         (False, 0, False), (True, 0, False), (True, 2, False), (True, 2, True)]
     # an embedder has no head: the head rung equals the first and is tried once
-    assert [r.fp32_head for r in distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task="embedding",
+    assert [r.fp32_head for r in distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=EMBEDDING,
                                                      layers=2)] == [False, False, False]
     with pytest.raises(ValueError, match=re.escape("fp32_ffn_down_layers must be an int >= 0, got -2")):
         OvInt8Settings(fp32_ffn_down_layers=-2)

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from child_process import in_child_process
 
 from onnxrank.cli import main
 from onnxrank.engine.runtime import open_model_file, pad_rows
@@ -25,9 +26,9 @@ from onnxrank.export.validate import length_batches, load_validation_pairs, run_
 def unpruned_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny checkpoint exported with the rewrite switched off (fp32 and opt only)."""
     out = tmp_path_factory.mktemp("unpruned") / "tiny-full"
-    assert main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out), "--quiet",
-                 "--variants", "fp32,opt", "--validation-pairs", "48",
-                 "--no-cls-only-last-layer"]) == 0
+    assert in_child_process(main, ["export", "--model", str(tiny_checkpoint_dir), "--out", str(out),
+                                   "--quiet", "--variants", "fp32,opt", "--validation-pairs", "48",
+                                   "--no-cls-only-last-layer"]) == 0
     return out
 
 

@@ -4,6 +4,7 @@ family hooks the pipeline asks instead of checking family names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ from onnxrank.export import ladder, pipeline
 from onnxrank.export.context import BuiltVariant, VariantFailed
 from onnxrank.export.families import families, family_for
 from onnxrank.export.ladder import Rung, run_ladder
+from onnxrank.export.tasks import EMBEDDING, EXPORT_TASKS, RERANK, export_task
 from onnxrank.export.variants import VARIANT_STEPS, VariantStep
 
 
@@ -51,7 +53,7 @@ class _Progress:
 
 
 def _context(**fields: Any) -> Any:
-    return SimpleNamespace(task="rerank", progress=_Progress(), inputs=None, **fields)
+    return SimpleNamespace(task=RERANK, progress=_Progress(), inputs=None, **fields)
 
 
 def _fake_validation(monkeypatch: pytest.MonkeyPatch, spearmans: list[float]) -> None:
@@ -131,9 +133,9 @@ def test_the_families_answer_what_the_pipeline_asked_by_name() -> None:
         "input_ids", "attention_mask", "token_type_ids")
     qwen3 = SimpleNamespace(model_type="qwen3", num_labels=2)
     bert = SimpleNamespace(model_type="bert", num_labels=1)
-    assert family_for(qwen3).num_labels(qwen3, "rerank") == 1  # one output: yes - no
-    assert family_for(bert).num_labels(bert, "rerank") == 1
-    assert family_for(bert).num_labels(SimpleNamespace(num_labels=3), "embedding") == 1
+    assert family_for(qwen3).num_labels(qwen3, RERANK) == 1  # one output: yes - no
+    assert family_for(bert).num_labels(bert, RERANK) == 1
+    assert family_for(bert).num_labels(SimpleNamespace(num_labels=3), EMBEDDING) == 1
     assert family_for(qwen3).ov_int8_mode == "weight_only"
     heads = {family.name: family.cls_head_classes for family in families()}
     assert heads["xlm-roberta"] == ("RobertaForSequenceClassification",
@@ -157,3 +159,28 @@ def test_the_pipeline_asks_no_family_by_name() -> None:
         text = Path(pipeline.__file__).with_name(f"{module}.py").read_text("utf-8")
         for name in ("deberta", "modernbert", "qwen", "model_type ==", "family.name =="):
             assert name not in text.lower(), f"{module}.py names {name!r}"
+
+
+def test_the_task_is_read_once_by_name_and_answers_for_itself() -> None:
+    assert export_task("rerank") is RERANK and export_task("embedding") is EMBEDDING
+    assert list(EXPORT_TASKS) == ["rerank", "embedding"]
+    with pytest.raises(ValueError, match=re.escape(
+            "task must be 'rerank' or 'embedding', got 'classify'")):
+        export_task("classify")
+    with pytest.raises(ValueError, match=re.escape(
+            "task must be 'rerank' or 'embedding', got 'classify'")):
+        pipeline.ExportRequest(task="classify")
+    config = SimpleNamespace(num_labels=1, hidden_size=384)
+    assert [(task.output_name, task.activation, task.num_labels(config), task.embedding_dim(config),
+             task.has_head, task.takes_recipe, task.cls_only_blocker is None)
+            for task in (RERANK, EMBEDDING)] == [
+        ("logits", "sigmoid", 1, None, True, True, True),
+        ("embeddings", "none", 1, 384, False, False, False)]
+    assert RERANK.notes(standin=False) == "" and "stand-in" in RERANK.notes(standin=True)
+    assert EMBEDDING.notes(standin=True) == EMBEDDING.notes(standin=False)
+    # a reranker's rows are the pairs; an embedder's each distinct text once, queries first
+    encoder = SimpleNamespace(encode=lambda items: list(items))
+    pairs = [("q1", "a"), ("q1", "b"), ("q2", "a")]
+    assert RERANK.validation_rows(encoder, pairs) == (pairs, [])
+    assert EMBEDDING.validation_rows(encoder, pairs) == (
+        ["q1", "q2", "a", "b"], [(0, 2), (0, 3), (1, 2)])

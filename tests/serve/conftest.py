@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from child_process import in_child_process
 from serve_helpers import RunningServer, running_server
 
 from onnxrank.engine.embedder import Embedder
@@ -93,9 +94,10 @@ def decoder_reranker(tmp_path_factory: pytest.TempPathFactory) -> Reranker:
     checkpoint = tmp_path_factory.mktemp("serve-checkpoints") / "qwen3-tiny"
     build_decoder_checkpoint(checkpoint, size="tiny", seed=0)
     out = tmp_path_factory.mktemp("serve-models") / "qwen3-tiny-reranker"
-    code = main(["export", "--model", str(checkpoint), "--recipe", "qwen3-reranker",
-                 "--out", str(out), "--max-length", str(DECODER_MAX_LENGTH), "--variants", "fp32",
-                 "--validation-pairs", "16", "--quiet"])
+    code = in_child_process(main, ["export", "--model", str(checkpoint), "--recipe",
+                                   "qwen3-reranker", "--out", str(out), "--max-length",
+                                   str(DECODER_MAX_LENGTH), "--variants", "fp32",
+                                   "--validation-pairs", "16", "--quiet"])
     assert code == 0, "the decoder export failed (see the captured stderr)"
     return Reranker.from_dir(out, device="cpu", backend="onnxruntime", precision="fp32",
                              threads=1)

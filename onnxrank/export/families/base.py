@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from onnxrank.export.families.checkpoint_config import CheckpointConfig
     from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +67,9 @@ class Family:
     uses_recipe = False
 
     # -- loading ----------------------------------------------------------------------------
-    def model_class(self, task: str) -> Any:
-        """The transformers Auto class that loads the checkpoint for `task`."""
-        transformers = require("transformers", extra="export")
-        return (transformers.AutoModelForSequenceClassification if task == "rerank"
-                else transformers.AutoModel)
+    def model_class(self, task: ExportTask) -> Any:
+        """The transformers Auto class that loads the checkpoint for `task` (the task's own)."""
+        return task.auto_class()
 
     def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
         """Graph inputs: ids and mask always, token_type_ids only when the tokenizer returns them
@@ -96,32 +95,33 @@ class Family:
         return limit
 
     # -- the graph ----------------------------------------------------------------------------
-    def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
-        """The module torch.onnx.export traces: the graph inputs positionally -> ``logits``
-        [batch, 1] (rerank) or the pooled embedding (embedding).
+    def graph_module(self, loaded: LoadedModel, model: Any, task: ExportTask) -> torch.nn.Module:
+        """The module torch.onnx.export traces: the graph inputs positionally -> the task's
+        output (``logits`` [batch, 1] or the pooled embedding).
 
         Args:
             loaded: The checkpoint (tokenizer, config, input names).
             model: `loaded.model` or its [CLS]-only copy.
-            task: ``rerank`` or ``embedding``.
+            task: The export's task.
         """
-        from onnxrank.export.onnx import graph_module
+        return task.graph_module(model, loaded.input_names)
 
-        return graph_module(model, task, loaded.input_names)
-
-    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         """Write the fp32 graph; returns the external data files written beside it."""
         from onnxrank.export.onnx import export_module
 
-        export_module(module, out_path, task=task, input_names=input_names, opset=opset)
+        export_module(module, out_path, output_name=task.output_name, input_names=input_names,
+                      opset=opset)
         return ()
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         """The unpruned PyTorch rerank model as run(feeds) -> [batch, 1]: the reference every
         variant meets (embedding references are sentence-transformers' own)."""
+        from onnxrank.export.tasks import RERANK
+
         torch = require("torch", extra="export")
-        wrapper = self.graph_module(loaded, loaded.model, "rerank")
+        wrapper = self.graph_module(loaded, loaded.model, RERANK)
         input_names = loaded.input_names
 
         def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -161,20 +161,20 @@ class Family:
         pair template through onnxrank.engine.tokenize.PairEncoder."""
         return None
 
-    def activation(self, loaded: LoadedModel, task: str) -> Activation:
+    def activation(self, loaded: LoadedModel, task: ExportTask) -> Activation:
         """The manifest's activation: what turns the graph's output into the score the model
-        card reports (sigmoid for a rerank head's logit; a decoder's is its recipe's)."""
-        return "sigmoid" if task == "rerank" else "none"
+        card reports (the task's; a decoder's is its recipe's score kind's)."""
+        return task.activation
 
     def fp32_nodes(self, model_path: Path) -> list[str]:
         """Nodes of the fp32 graph at `model_path` that every int8 variant keeps in fp32
         (default: none; a decoder's score head)."""
         return []
 
-    def num_labels(self, config: Any, task: str) -> int:
-        """The graph's outputs per row (the manifest's num_labels): a rerank head's labels; an
-        embedding graph's is unused (1)."""
-        return int(config.num_labels) if task == "rerank" else 1
+    def num_labels(self, config: Any, task: ExportTask) -> int:
+        """The graph's outputs per row (the manifest's num_labels): the task's (a rerank head's
+        labels; an embedding graph's is unused, 1)."""
+        return task.num_labels(config)
 
     def describe(self, config: Any) -> dict[str, Any]:
         """The manifest's ``family`` entry."""

@@ -28,6 +28,8 @@ from onnxrank.export.families.checkpoint_config import CheckpointConfig, Tokeniz
 if TYPE_CHECKING:
     import torch
 
+    from onnxrank.export.tasks import ExportTask
+
 MODELING_MODULES = ("transformers.models.deberta_v2.modeling_deberta_v2",
                     "transformers.models.deberta.modeling_deberta")
 
@@ -102,7 +104,7 @@ class DebertaV2Family(Family):
         # the checkpoints were trained to max_position_embeddings: keep that as the limit
         return int(config.max_position_embeddings)
 
-    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         with plain_python_helpers():
             return super().export_graph(module, out_path, task=task, input_names=input_names,

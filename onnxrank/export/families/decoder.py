@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from onnxrank.engine.spec import Activation
     from onnxrank.export.loaded import LoadedModel
     from onnxrank.export.quantize import Int8Settings
+    from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +204,7 @@ class DecoderFamily(Family):
     ov_int8_mode = "weight_only"
     uses_recipe = True
 
-    def model_class(self, task: str) -> Any:
+    def model_class(self, task: ExportTask) -> Any:
         transformers = require("transformers", extra="export")
         return transformers.AutoModelForCausalLM
 
@@ -213,11 +214,11 @@ class DecoderFamily(Family):
     def max_length(self, config: Any, tokenizer: Any) -> int:
         return min(DEFAULT_MAX_LENGTH, self.max_positions(config))
 
-    def graph_module(self, loaded: LoadedModel, model: Any, task: str) -> torch.nn.Module:
+    def graph_module(self, loaded: LoadedModel, model: Any, task: ExportTask) -> torch.nn.Module:
         return score_graph(model, answer_ids=self.answer_ids(loaded),
                            weights=self.recipe(loaded).score_kind.weights)
 
-    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: str,
+    def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         return export_score_graph(module, out_path, opset=opset)
 
@@ -249,14 +250,14 @@ class DecoderFamily(Family):
         return tuple(recipe for recipe in recipes
                      if recipe.op_types is None and recipe.fp32_ffn_up_layers == 0)
 
-    def num_labels(self, config: Any, task: str) -> int:
+    def num_labels(self, config: Any, task: ExportTask) -> int:
         # one output (yes - no) whatever the config's num_labels says
         return 1
 
     def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
         return self.recipe(loaded).to_manifest(answer_token_ids=self.answer_ids(loaded))
 
-    def activation(self, loaded: LoadedModel, task: str) -> Activation:
+    def activation(self, loaded: LoadedModel, task: ExportTask) -> Activation:
         return self.recipe(loaded).score_kind.activation
 
     def fp32_nodes(self, model_path: Path) -> list[str]:
