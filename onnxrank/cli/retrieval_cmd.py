@@ -20,6 +20,7 @@ from onnxrank.cli.options import (
     config_overrides,
     engine_overrides,
     load_reranker,
+    locate_model,
 )
 from onnxrank.engine.config import DEVICES, EngineConfig
 from onnxrank.rerankers.base import DEFAULT_ON_ERROR, DEFAULT_TIMEOUT_S, ON_ERRORS
@@ -261,11 +262,10 @@ def _embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run_index(args: argparse.Namespace) -> int:
     """Handler of `onnxrank index`."""
     from onnxrank.engine.embedder import Embedder
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import build_index
 
     embedder = Embedder.from_dir(
-        resolve_model_dir(args.embedder, args.models_dir),
+        locate_model(args, args.embedder, task="embedding"),
         precision=args.precision,
         **_embedder_overrides(args),
     )
@@ -440,7 +440,6 @@ def _eval_fusions(args: argparse.Namespace) -> list[FusionConfig]:
 def run_eval(args: argparse.Namespace) -> int:
     """Handler of `onnxrank eval`."""
     from onnxrank.engine.embedder import Embedder
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import HybridRetriever, build_index
     from onnxrank.retrieval.eval import evaluate, load_dataset
 
@@ -453,7 +452,7 @@ def run_eval(args: argparse.Namespace) -> int:
     index_dir = Path(args.index)
     if not (index_dir / "index.sqlite").exists():
         embedder = Embedder.from_dir(
-            resolve_model_dir(args.embedder, args.models_dir), **_embedder_overrides(args)
+            locate_model(args, args.embedder, task="embedding"), **_embedder_overrides(args)
         )
         report = build_index(
             dataset.corpus_path,

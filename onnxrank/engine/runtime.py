@@ -30,6 +30,7 @@ from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
+from onnxrank.engine.first_use import export_once, exportable
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.engine.tokenize import load_tokenizer
@@ -49,29 +50,55 @@ PROBE_PAIRS = 16
 PROBE_MAX_TOKENS = 128
 PROBE_ROUNDS = 5
 CHOICE_CACHE_FILE = "runtime_choices.json"
+# precision="auto" leaves out a variant whose scores move with their batch mates by more than
+# this share of the score spread (issue #34 item 4): the read is gate_refusal's, the measurement
+# onnxrank.export.validate.batch_dependence's
+BATCH_DEPENDENCE_BOUND = 1e-3
+BATCH_DEPENDENCE_KEY = "batch_1_vs_64_max_abs_diff"
+SPREAD_KEY = "reference_std"
 # OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
 COMPILE_CACHE_DIR = "openvino"
 # Where model names are looked up (and `onnxrank export` writes) unless the caller says otherwise.
 DEFAULT_MODELS_DIR = "models"
+# Exports made on first use, one directory per checkpoint, in the user cache (engine/first_use.py)
+EXPORT_CACHE_DIR = "models"
 
 
-def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT_MODELS_DIR) -> Path:
+def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT_MODELS_DIR, *,
+                      export_task: str | None = None) -> Path:
     """The model directory for a name or a path.
 
     1. ``models_dir/name`` when it holds a manifest.json.
     2. `name_or_path` itself when it holds a manifest.json.
+    3. With `export_task`, a Hugging Face checkpoint directory (config.json, no manifest.json) or
+       Hub id: its export as that task in the user cache's models/ directory, exported now on
+       first use (onnxrank.engine.first_use).
+
+    Args:
+        name_or_path: A model name under `models_dir`, a model or checkpoint directory, or a
+            Hub id.
+        models_dir: Where model names are looked up.
+        export_task: ``rerank`` or ``embedding``: what a checkpoint that is not exported yet
+            is exported as; None = find exported models only.
 
     Raises:
-        ModelLoadError: Neither location holds an exported model.
+        ModelLoadError: Neither location holds an exported model and nothing is exported.
+        MissingDependencyError: A first-use export needs the ``export`` extra.
+        ExportError: A first-use export failed (FidelityError: its fp32 graph missed the gate);
+            the cache is left as it was.
     """
     for candidate in (Path(models_dir) / str(name_or_path), Path(name_or_path)):
         if (candidate / "manifest.json").is_file():
             return candidate
+    if export_task is not None and exportable(name_or_path):
+        return export_once(name_or_path, export_task, user_cache_dir() / EXPORT_CACHE_DIR)
     named = Path(models_dir) / str(name_or_path)
+    allow = (" or let it be exported on first use (export_on_first_use=True, "
+             "--export-on-first-use)" if export_task is None and exportable(name_or_path) else "")
     raise ModelLoadError(
         f"no exported model named {str(name_or_path)!r} in {Path(models_dir).resolve()} and no "
         f"model directory at {Path(name_or_path).resolve()}; export one with "
-        f"`onnxrank export --model {name_or_path} --out {named}`"
+        f"`onnxrank export --model {name_or_path} --out {named}`{allow}"
     )
 
 
@@ -187,7 +214,7 @@ def load_model(spec: ModelSpec, model_dir: Path, *, config: EngineConfig, probe_
 def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineConfig,
              probe_rows: ProbeRows, choice_cache: Path | None) -> LoadedModel:
     threads = config.threads or usable_cpus()
-    candidates = choose_candidates(spec, device, config.backend, config.precision)
+    candidates, left_out = choose_candidates(spec, device, config.backend, config.precision)
     tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
     opener = _Opener(spec, model_dir, device, threads, compile_cache_root(config))
     if len(candidates) == 1:
@@ -198,17 +225,20 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
         runner = _choose_by_probe(spec, candidates, opener,
                                   lambda: probe_rows(spec, tokenizer),
                                   choice_cache or default_choice_cache())
+    if left_out:
+        runner = runner.with_info(reason=f"{runner.info.reason}; left out: {'; '.join(left_out)}")
     return LoadedModel(spec, model_dir, runner, tokenizer)
 
 
 def choose_candidates(spec: ModelSpec, device: Device, backend: str,
-                      precision: str) -> list[Candidate]:
-    """The (backend, precision) pairs that may run `spec` on `device` for these settings.
+                      precision: str) -> tuple[list[Candidate], list[str]]:
+    """The (backend, precision) pairs that may run `spec` on `device` for these settings, and
+    why each one considered before them was left out ("backend/precision: reason").
 
     1. Explicit backend and precision: that one, or ValueError naming what can run.
     2. An ``auto`` setting: from every available backend, the first `auto_candidates` of its
-       `preference` that were exported and passed their fidelity gate; onnxruntime's CPU EP
-       needs nothing but the base install, so something always runs.
+       `preference` that were exported and pass `gate_refusal`; onnxruntime's CPU EP needs
+       nothing but the base install, so something always runs.
 
     Raises:
         ValueError: Unknown backend or precision, or nothing requested can run here.
@@ -226,8 +256,8 @@ def choose_candidates(spec: ModelSpec, device: Device, backend: str,
             if reason is None and variant not in spec.variants:
                 reason = f"variant {variant!r} was not exported (the model has: " \
                          f"{', '.join(spec.variants)})"
-            if reason is None and precision == "auto" and not passed_gate(spec, name, wanted):
-                reason = f"{name}/{wanted} has no passing fidelity record in the manifest"
+            if reason is None and precision == "auto":
+                reason = gate_refusal(spec, name, wanted)
             if reason is not None:
                 refusals.append(f"{name}/{wanted}: {reason}")
                 continue
@@ -241,25 +271,46 @@ def choose_candidates(spec: ModelSpec, device: Device, backend: str,
             f"precision={precision!r} on {device.value}: " + "; ".join(refusals)
             + f". Available backends: {', '.join(available_backends(device))}"
         )
-    return runnable
+    return runnable, refusals
 
 
-def passed_gate(spec: ModelSpec, backend: str, precision: str) -> bool:
-    """True when the export validated this way of running the model and it passed.
+def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
+    """Why ``precision="auto"`` must leave this way of running the model out; None if it may
+    choose it (an explicit precision is never refused for these reasons).
 
-    1. A precision that runs its variant's file as the export gated it: True, since a variant is
-       in the manifest only if it passed (the export refuses failing ones).
-    2. A precision with a record of its own (`Backend.gate_records`: OpenVINO bf16 on
-       model.onnx, the int8 IR with bf16 for the rest): that record under its variant's
-       ``fidelity`` must say ``passed``; a manifest without it was not validated that way.
+    1. A precision with a record of its own (`Backend.gate_records`: OpenVINO bf16 on
+       model.onnx, the int8 IR with bf16 for the rest) needs that record under its variant's
+       ``fidelity`` to say ``passed``; a manifest without it was not validated that way.
+    2. Its variant's scores may move with their batch mates by at most BATCH_DEPENDENCE_BOUND
+       times the score spread: the export records ``batch_1_vs_64_max_abs_diff`` (the largest
+       |score difference| between scoring each validation row alone and in batches of 64, in
+       score units) for every int8 file whose activation scales could follow the batch, and
+       ``reference_std`` (the PyTorch reference's score std on the tuning pairs) for every
+       variant. A variant without the batch record is batch-independent by construction
+       (fp32, opt, fp16, static int8) and passes; a batch record without a spread cannot be
+       judged and is refused.
     """
     runtime = BACKENDS[backend]
-    key = runtime.gate_records.get(precision)
-    if key is None:
-        return True
     variant = spec.variants.get(runtime.variants[precision])
-    record = variant.fidelity.get(key) if variant is not None else None
-    return isinstance(record, dict) and record.get("passed") is True
+    fidelity = variant.fidelity if variant is not None else {}
+    key = runtime.gate_records.get(precision)
+    record = fidelity.get(key) if key is not None else None
+    if key is not None and not (isinstance(record, dict) and record.get("passed") is True):
+        return f"{backend}/{precision} has no passing fidelity record in the manifest"
+    moved = fidelity.get(BATCH_DEPENDENCE_KEY)
+    if moved is None:
+        return None
+    spread = fidelity.get(SPREAD_KEY)
+    if not spread:
+        return (f"its scores move with their batch mates by up to {moved:.3g} "
+                f"({BATCH_DEPENDENCE_KEY}) and the manifest records no score spread "
+                f"({SPREAD_KEY}) to bound it by")
+    if moved > BATCH_DEPENDENCE_BOUND * spread:
+        return (f"its scores move with their batch mates by up to {moved:.3g} "
+                f"({BATCH_DEPENDENCE_KEY}), {moved / spread:.2g} x the score spread "
+                f"{spread:.3g}, above the bound of {BATCH_DEPENDENCE_BOUND:g} x the spread "
+                "(ask for it explicitly to run it)")
+    return None
 
 
 def available_backends(device: Device) -> list[str]:
