@@ -22,7 +22,8 @@ from onnxrank.cli.options import (
     load_reranker,
     locate_model,
 )
-from onnxrank.engine.config import DEVICES, EngineConfig
+from onnxrank.engine.config import DEVICES, EngineConfig, option_metadata
+from onnxrank.options import field_flag
 from onnxrank.rerankers.base import DEFAULT_ON_ERROR, DEFAULT_TIMEOUT_S, ON_ERRORS
 from onnxrank.rerankers.llm import CHAT_APIS, DEFAULT_MAX_CONCURRENCY
 from onnxrank.rerankers.registry import BACKEND_NAMES, DEFAULT_BACKEND
@@ -96,6 +97,9 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
     add_flag(index, None, "--precision", default=ENGINE_DEFAULTS.precision,
              choices=["auto", "fp32", "opt", "int8", "fp16"],
              help="embedder variant; auto = the fastest variant that passed the export's gate")
+    add_flag(index, None, field_flag("export_on_first_use"), action=argparse.BooleanOptionalAction,
+             default=ENGINE_DEFAULTS.export_on_first_use,
+             help=option_metadata("export_on_first_use")["help"])
     add_flag(index, command, "--chunk-words", type=int, default=DEFAULT_CHUNK_WORDS,
              help="words per chunk (400 words are about 520 MiniLM tokens)")
     add_flag(index, command, "--overlap-words", type=int, default=DEFAULT_OVERLAP_WORDS,

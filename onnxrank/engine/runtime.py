@@ -288,7 +288,8 @@ def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
        ``reference_std`` (the PyTorch reference's score std on the tuning pairs) for every
        variant. A variant without the batch record is batch-independent by construction
        (fp32, opt, fp16, static int8) and passes; a batch record without a spread cannot be
-       judged and is refused.
+       judged and is refused. Rerank models only: an embedding model's record is in embedding
+       components, not in the units of its spread (similarities), so it is not gated.
     """
     runtime = BACKENDS[backend]
     variant = spec.variants.get(runtime.variants[precision])
@@ -298,7 +299,7 @@ def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
     if key is not None and not (isinstance(record, dict) and record.get("passed") is True):
         return f"{backend}/{precision} has no passing fidelity record in the manifest"
     moved = fidelity.get(BATCH_DEPENDENCE_KEY)
-    if moved is None:
+    if moved is None or spec.task != "rerank":
         return None
     spread = fidelity.get(SPREAD_KEY)
     if not spread:

@@ -196,5 +196,6 @@ def test_cuda_that_does_not_attach(
         Reranker.from_dir(tiny_model_dir, device="cuda")
     with caplog.at_level(logging.WARNING, logger="onnxrank.engine.runtime"):
         reranker = Reranker.from_dir(tiny_model_dir, device="auto", backend="onnxruntime")
-    assert reranker.device_info.device == "cpu" and reranker.device_info.variant == "int8"
+    # onnxruntime's first CPU choice that is batch-independent on the tiny model
+    assert reranker.device_info.device == "cpu" and reranker.device_info.variant == "opt"
     assert "Falling back to CPU because device='auto'" in caplog.text

@@ -20,9 +20,9 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import (
     choose_candidates,
+    gate_refusal,
     load_model,
     pad_rows,
-    gate_refusal,
     resolve_model_dir,
 )
 from onnxrank.engine.spec import load_model_spec
@@ -177,7 +177,7 @@ def test_a_stall_of_the_machine_does_not_decide_the_probe(
     loaded = _load(tiny_model_dir, config=EngineConfig(device="cpu", threads=1),
                         choice_cache=tmp_path / "choices.json")
     assert stalls == [0]
-    assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "opt")
+    assert (loaded.runner.info.backend, loaded.runner.info.variant) == ("onnxruntime", "opt")
     assert "best of 5 interleaved rounds" in loaded.runner.info.reason
 
 
