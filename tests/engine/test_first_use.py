@@ -52,8 +52,13 @@ def test_a_checkpoint_is_exported_once_then_loaded_from_the_cache(
     manifest = json.loads((entry / "manifest.json").read_text())
     assert manifest["source"]["kind"] == "local"
     assert manifest["source"]["path"] == str(tiny_checkpoint_dir.resolve())
-    for variant in ("fp32", "opt", "int8", "fp16"):  # the same pipeline as `onnxrank export`
-        assert (entry / manifest["variants"][variant]["file"]).is_file()
+    # the same pipeline as `onnxrank export`: every variant built and gated (a tiny random int8
+    # misses the default gate on some CPUs and is then recorded as left out)
+    assert "fp32" in manifest["variants"]
+    assert {"fp32", "opt", "int8", "fp16", "ov_int8"} == \
+        set(manifest["variants"]) | set(manifest["failed_variants"])
+    for variant in manifest["variants"].values():
+        assert (entry / variant["file"]).is_file()
     logged = export_records(caplog)
     assert any(message.startswith(f"{tiny_checkpoint_dir} is not exported yet: exporting it "
                                   f"once as a rerank model into {entry}") for message in logged)
