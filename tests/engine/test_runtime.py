@@ -20,9 +20,9 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import (
     choose_candidates,
-    gate_refusal,
     load_model,
     pad_rows,
+    passed_gate,
     resolve_model_dir,
 )
 from onnxrank.engine.spec import load_model_spec
@@ -33,7 +33,7 @@ PAIRS = [("wing flutter", "flutter of a wing in a slipstream"), ("heat", "heat t
 
 
 def labels(spec, backend: str = "auto", precision: str = "auto") -> list[str]:  # noqa: ANN001
-    return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)[0]]
+    return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)]
 
 
 def manifest_copy(model_dir: Path, tmp_path: Path, *, ov_int8: bool, bf16_passed: bool | None,
@@ -70,8 +70,7 @@ def test_openvino_f32_matches_onnxruntime_fp32(tiny_model_dir: Path) -> None:
 def test_openvino_missing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
     spec = load_model_spec(tiny_model_dir)
-    # the tiny int8 file's scores move with their batch mates (dynamic scales): opt stands in
-    assert labels(spec) == ["onnxruntime/opt"]
+    assert labels(spec) == ["onnxruntime/int8"]
     with pytest.raises(ValueError, match=re.escape(
         "nothing can run model 'tiny-reranker' with backend='openvino', precision='fp32' on cpu: "
         "openvino/fp32: the openvino package is not installed (pip install \"onnxrank[openvino]\"). "
@@ -92,7 +91,7 @@ def test_bf16_needs_the_cpu(tiny_model_dir: Path, tmp_path: Path,
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
     # OpenVINO's int8 and bf16 both enter the probe (which wins depends on the CPU); without a
     # record of int8+bf16 the third place goes to fp32
-    assert labels(spec) == ["onnxruntime/opt", "openvino/int8", "openvino/bf16", "openvino/fp32"]
+    assert labels(spec) == ["onnxruntime/int8", "openvino/int8", "openvino/bf16", "openvino/fp32"]
 
 
 def test_a_failed_or_missing_gate_keeps_a_precision_out_of_auto(
@@ -127,12 +126,12 @@ def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path
     config = EngineConfig(device="cpu", threads=1)
     tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
     first = _load(tiny_model_dir, config=config, choice_cache=cache)
-    assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/opt ")
+    assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/int8 ")
     entry = next(iter(json.loads(cache.read_text()).values()))
     assert entry["choice"] == f"{first.runner.info.backend}/{first.runner.info.precision}"
     assert entry["fingerprint"]["threads"] == "1"
     again = _load(tiny_model_dir, config=config, choice_cache=cache)
-    assert again.runner.info.reason.startswith("fastest of onnxruntime/opt, openvino/fp32 when "
+    assert again.runner.info.reason.startswith("fastest of onnxruntime/int8, openvino/fp32 when "
                                                "probed on this machine at ")
     assert (again.runner.info.backend, again.runner.info.precision) == (
         first.runner.info.backend, first.runner.info.precision)
@@ -165,19 +164,19 @@ class _StalledRunner:
 def test_a_stall_of_the_machine_does_not_decide_the_probe(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # onnxruntime/opt is probed first and is 40 ms faster a run than openvino/fp32, but the
+    # onnxruntime/int8 is probed first and is 40 ms faster a run than openvino/fp32, but the
     # machine stalls through the first two timed runs: timed back to back, those were both of
     # onnxruntime's, which lost; in rounds, each candidate loses one round and keeps its best
     tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
     stalls = [2]
     real_open = runtime._Opener.open
     monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: _StalledRunner(
-        real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/opt" else 0.04,
+        real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/int8" else 0.04,
         stalls))
     loaded = _load(tiny_model_dir, config=EngineConfig(device="cpu", threads=1),
                         choice_cache=tmp_path / "choices.json")
     assert stalls == [0]
-    assert (loaded.runner.info.backend, loaded.runner.info.variant) == ("onnxruntime", "opt")
+    assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "int8")
     assert "best of 5 interleaved rounds" in loaded.runner.info.reason
 
 
@@ -248,9 +247,9 @@ def test_int8_with_bf16_needs_the_cpu_and_its_own_passing_record(
                                            int8_bf16_passed=True))
     # the gate read is exactly variants.ov_int8.fidelity.openvino_int8_bf16
     assert passed.variants["ov_int8"].fidelity[INT8_BF16_FIDELITY_KEY]["passed"] is True
-    assert gate_refusal(passed, "openvino", "int8+bf16") is None
+    assert passed_gate(passed, "openvino", "int8+bf16")
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "INT8"])
-    assert labels(passed) == ["onnxruntime/opt", "openvino/int8", "openvino/fp32"]
+    assert labels(passed) == ["onnxruntime/int8", "openvino/int8", "openvino/fp32"]
     with pytest.raises(ValueError, match=re.escape(
         "nothing can run model 'tiny-reranker' with backend='openvino', precision='int8+bf16' on "
         "cpu: openvino/int8+bf16: this CPU has no native bf16 (OpenVINO's CPU capabilities lack "
@@ -258,12 +257,12 @@ def test_int8_with_bf16_needs_the_cpu_and_its_own_passing_record(
     )):
         Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino", precision="int8+bf16")
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["BF16", "FP32", "INT8"])
-    assert labels(passed) == ["onnxruntime/opt", "openvino/int8", "openvino/int8+bf16",
+    assert labels(passed) == ["onnxruntime/int8", "openvino/int8", "openvino/int8+bf16",
                               "openvino/bf16"]
     for record in (False, None):  # failed, or a manifest written before this gate existed
         spec = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=True,
                                              bf16_passed=True, int8_bf16_passed=record))
-        assert gate_refusal(spec, "openvino", "int8+bf16") is not None
+        assert not passed_gate(spec, "openvino", "int8+bf16")
         assert "openvino/int8+bf16" not in labels(spec)
         assert labels(spec, "openvino", "int8+bf16") == ["openvino/int8+bf16"]  # asked for
 
@@ -276,7 +275,7 @@ def test_a_record_elsewhere_is_not_the_int8_bf16_gate(tiny_model_dir: Path, tmp_
     data["variants"]["ov_int8"]["fidelity"][INT8_BF16_FIDELITY_KEY] = {
         "validated": False, "passed": False, "reason": "this CPU has no native bf16"}
     (directory / "manifest.json").write_text(json.dumps(data))
-    assert gate_refusal(load_model_spec(directory), "openvino", "int8+bf16") is not None
+    assert not passed_gate(load_model_spec(directory), "openvino", "int8+bf16")
 
 
 def test_int8_with_bf16_runs_the_int8_file_when_asked(
