@@ -17,10 +17,11 @@ import argparse
 import os
 from collections.abc import Collection
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from onnxrank.engine.config import EngineConfig
-from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
+from onnxrank.engine.runtime import DEFAULT_MODELS_DIR, resolve_model_dir
 from onnxrank.options import config_flags as config_flags
 from onnxrank.options import field_flag
 from onnxrank.rerankers.local import DEFAULT_LOCAL_MODEL
@@ -168,3 +169,10 @@ def load_reranker(args: argparse.Namespace, **fixed: Any) -> Any:
 
     options = {**engine_overrides(args), **fixed}
     return Reranker.from_pretrained(args.model, models_dir=args.models_dir, **options)
+
+
+def locate_model(args: argparse.Namespace, name: str, *, task: str = "rerank") -> Path:
+    """The model directory of `name` under --models-dir, exported as `task` on first use when
+    it is a checkpoint directory or Hub id not yet exported, unless --no-export-on-first-use."""
+    allowed = getattr(args, "export_on_first_use", EngineConfig().export_on_first_use)
+    return resolve_model_dir(name, args.models_dir, export_task=task if allowed else None)

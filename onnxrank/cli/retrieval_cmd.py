@@ -20,8 +20,10 @@ from onnxrank.cli.options import (
     config_overrides,
     engine_overrides,
     load_reranker,
+    locate_model,
 )
-from onnxrank.engine.config import DEVICES, EngineConfig
+from onnxrank.engine.config import DEVICES, EngineConfig, option_metadata
+from onnxrank.options import field_flag
 from onnxrank.rerankers.base import DEFAULT_ON_ERROR, DEFAULT_TIMEOUT_S, ON_ERRORS
 from onnxrank.rerankers.llm import CHAT_APIS, DEFAULT_MAX_CONCURRENCY
 from onnxrank.rerankers.registry import BACKEND_NAMES, DEFAULT_BACKEND
@@ -95,6 +97,9 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
     add_flag(index, None, "--precision", default=ENGINE_DEFAULTS.precision,
              choices=["auto", "fp32", "opt", "int8", "fp16"],
              help="embedder variant; auto = the fastest variant that passed the export's gate")
+    add_flag(index, None, field_flag("export_on_first_use"), action=argparse.BooleanOptionalAction,
+             default=ENGINE_DEFAULTS.export_on_first_use,
+             help=option_metadata("export_on_first_use")["help"])
     add_flag(index, command, "--chunk-words", type=int, default=DEFAULT_CHUNK_WORDS,
              help="words per chunk (400 words are about 520 MiniLM tokens)")
     add_flag(index, command, "--overlap-words", type=int, default=DEFAULT_OVERLAP_WORDS,
@@ -261,11 +266,10 @@ def _embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run_index(args: argparse.Namespace) -> int:
     """Handler of `onnxrank index`."""
     from onnxrank.engine.embedder import Embedder
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import build_index
 
     embedder = Embedder.from_dir(
-        resolve_model_dir(args.embedder, args.models_dir),
+        locate_model(args, args.embedder, task="embedding"),
         precision=args.precision,
         **_embedder_overrides(args),
     )
@@ -440,7 +444,6 @@ def _eval_fusions(args: argparse.Namespace) -> list[FusionConfig]:
 def run_eval(args: argparse.Namespace) -> int:
     """Handler of `onnxrank eval`."""
     from onnxrank.engine.embedder import Embedder
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.retrieval import HybridRetriever, build_index
     from onnxrank.retrieval.eval import evaluate, load_dataset
 
@@ -453,7 +456,7 @@ def run_eval(args: argparse.Namespace) -> int:
     index_dir = Path(args.index)
     if not (index_dir / "index.sqlite").exists():
         embedder = Embedder.from_dir(
-            resolve_model_dir(args.embedder, args.models_dir), **_embedder_overrides(args)
+            locate_model(args, args.embedder, task="embedding"), **_embedder_overrides(args)
         )
         report = build_index(
             dataset.corpus_path,

@@ -6,7 +6,13 @@ import argparse
 import sys
 
 from onnxrank.cli.common import HelpFormatter
-from onnxrank.cli.options import add_engine_options, add_flag, engine_overrides, load_reranker
+from onnxrank.cli.options import (
+    add_engine_options,
+    add_flag,
+    engine_overrides,
+    load_reranker,
+    locate_model,
+)
 from onnxrank.scoring.job import DEFAULT_SHARD_ROWS, score_file
 from onnxrank.scoring.ray_job import DEFAULT_BATCH_ROWS
 from onnxrank.scoring.records import file_format
@@ -108,14 +114,13 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def _run_on_ray(args: argparse.Namespace, id_columns: list[str]) -> int:
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.scoring.ray_job import score_file_on_ray
 
     for flag, value in (("--bad-rows", args.bad_rows), ("--shard-rows", args.shard_rows)):
         if value is not None:
             raise ValueError(f"{flag} does not apply with --ray (bad rows stay in the output with "
                              "their reason in the 'error' column; Ray retries failed tasks itself)")
-    model_dir = resolve_model_dir(args.model, args.models_dir)
+    model_dir = locate_model(args, args.model)
     summary = score_file_on_ray(
         model_dir, args.input, args.output, engine_options=engine_overrides(args),
         id_columns=id_columns, actors=args.actors if args.actors is not None else 1,

@@ -17,6 +17,7 @@ from onnxrank.cli.options import (
     add_flag,
     config_overrides,
     engine_overrides,
+    locate_model,
 )
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
@@ -176,12 +177,11 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     from onnxrank.engine.devices import usable_cpus
     from onnxrank.engine.embedder import Embedder
     from onnxrank.engine.reranker import Reranker
-    from onnxrank.engine.runtime import resolve_model_dir
     from onnxrank.engine.spec import load_model_spec
 
     located = []
     for entry in model_entries(args):
-        model_dir = resolve_model_dir(entry.model, args.models_dir)
+        model_dir = locate_model(args, entry.model)
         located.append((entry, model_dir, load_model_spec(model_dir)))
     index_manifest = None
     if args.index is not None:

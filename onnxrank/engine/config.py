@@ -87,6 +87,11 @@ class EngineConfig:
     compile_cache: bool = field(default=True, metadata=_option(
         "keep OpenVINO's compiled models in compile_cache_dir, so that the next process loads "
         "one instead of compiling it again", kind=bool))
+    export_on_first_use: bool = field(default=True, metadata=_option(
+        "a model given by name that is a Hugging Face checkpoint directory or Hub id and not "
+        "exported yet is exported once (as `onnxrank export` would, minutes; needs the export "
+        "extra) into models/ in the user cache directory, and loaded from there afterwards",
+        kind=bool))
     compile_cache_dir: str | None = field(default=None, metadata=_option(
         "directory of the compiled-model cache; default: openvino/ in the user cache directory "
         "($XDG_CACHE_HOME/onnxrank, else ~/.cache/onnxrank)", kind=str, optional=True))

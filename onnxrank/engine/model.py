@@ -30,7 +30,7 @@ from onnxrank.engine.runtime import (
     load_model,
     resolve_model_dir,
 )
-from onnxrank.engine.spec import ModelKind, ModelSpec, load_model_spec
+from onnxrank.engine.spec import ModelKind, ModelSpec, kind_task, load_model_spec
 from onnxrank.errors import ModelLoadError
 
 Item = TypeVar("Item")
@@ -107,10 +107,19 @@ class EngineModel(ABC, Generic[Item]):
                         config: EngineConfig | None = None, **overrides: Any) -> Model:
         """Load ``models_dir/name`` (or `name` itself when it is a model directory).
 
+        A Hugging Face checkpoint directory or Hub id that is not exported yet is exported once
+        into the user cache and loaded from there (``export_on_first_use``, on by default; see
+        onnxrank.engine.first_use).
+
         Raises:
-            ModelLoadError: Neither location holds a model directory; else as from_dir.
+            ModelLoadError: Neither location holds a model directory and nothing was exported;
+                else as from_dir.
+            MissingDependencyError: A first-use export needs the ``export`` extra.
+            ExportError: A first-use export failed (FidelityError: the fp32 gate).
         """
-        return cls.from_dir(resolve_model_dir(name, models_dir), config, **overrides)
+        config = (config or EngineConfig()).with_overrides(**overrides)
+        export_task = kind_task(cls.kind) if config.export_on_first_use and cls.kind else None
+        return cls.from_dir(resolve_model_dir(name, models_dir, export_task=export_task), config)
 
     @classmethod
     @abstractmethod

@@ -30,6 +30,7 @@ from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
+from onnxrank.engine.first_use import export_once, exportable
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.engine.tokenize import load_tokenizer
@@ -53,25 +54,45 @@ CHOICE_CACHE_FILE = "runtime_choices.json"
 COMPILE_CACHE_DIR = "openvino"
 # Where model names are looked up (and `onnxrank export` writes) unless the caller says otherwise.
 DEFAULT_MODELS_DIR = "models"
+# Exports made on first use, one directory per checkpoint, in the user cache (engine/first_use.py)
+EXPORT_CACHE_DIR = "models"
 
 
-def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT_MODELS_DIR) -> Path:
+def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT_MODELS_DIR, *,
+                      export_task: str | None = None) -> Path:
     """The model directory for a name or a path.
 
     1. ``models_dir/name`` when it holds a manifest.json.
     2. `name_or_path` itself when it holds a manifest.json.
+    3. With `export_task`, a Hugging Face checkpoint directory (config.json, no manifest.json) or
+       Hub id: its export as that task in the user cache's models/ directory, exported now on
+       first use (onnxrank.engine.first_use).
+
+    Args:
+        name_or_path: A model name under `models_dir`, a model or checkpoint directory, or a
+            Hub id.
+        models_dir: Where model names are looked up.
+        export_task: ``rerank`` or ``embedding``: what a checkpoint that is not exported yet
+            is exported as; None = find exported models only.
 
     Raises:
-        ModelLoadError: Neither location holds an exported model.
+        ModelLoadError: Neither location holds an exported model and nothing is exported.
+        MissingDependencyError: A first-use export needs the ``export`` extra.
+        ExportError: A first-use export failed (FidelityError: its fp32 graph missed the gate);
+            the cache is left as it was.
     """
     for candidate in (Path(models_dir) / str(name_or_path), Path(name_or_path)):
         if (candidate / "manifest.json").is_file():
             return candidate
+    if export_task is not None and exportable(name_or_path):
+        return export_once(name_or_path, export_task, user_cache_dir() / EXPORT_CACHE_DIR)
     named = Path(models_dir) / str(name_or_path)
+    allow = (" or let it be exported on first use (export_on_first_use=True, "
+             "--export-on-first-use)" if export_task is None and exportable(name_or_path) else "")
     raise ModelLoadError(
         f"no exported model named {str(name_or_path)!r} in {Path(models_dir).resolve()} and no "
         f"model directory at {Path(name_or_path).resolve()}; export one with "
-        f"`onnxrank export --model {name_or_path} --out {named}`"
+        f"`onnxrank export --model {name_or_path} --out {named}`{allow}"
     )
 
 

@@ -74,6 +74,11 @@ def model_kind(task: str, recipe: PromptRecipe | None) -> ModelKind:
         ) from err
 
 
+def kind_task(kind: ModelKind) -> str:
+    """The task a model of `kind` is exported as (the inverse of `model_kind`'s table)."""
+    return next(task for (task, _), known in _KINDS.items() if known is kind)
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()
