@@ -13,6 +13,7 @@ from onnxrank._optional import require
 from onnxrank.errors import ExportError
 from onnxrank.export.families import Family, family_for
 from onnxrank.export.loaded import LoadedModel
+from onnxrank.export.memory import check_fits, estimate_memory
 from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
@@ -159,7 +160,8 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
     Raises:
         ExportError: Hub unreachable or model unknown, not a checkpoint, num_labels != 1, no
             classification head for rerank, no fast tokenizer, unsupported pooling, a recipe
-            for a model that is no decoder, or a bad recipe.
+            for a model that is no decoder, a bad recipe, or a checkpoint whose export would
+            need more memory than the machine has available (onnxrank.export.memory).
     """
     transformers = require("transformers", extra="export")
     local = kind != "hub"
@@ -181,6 +183,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
             f"prompt); {location} is a {config.model_type!r} model: drop --recipe"
         )
     task.check_checkpoint(config, directory, location, uses_recipe=family.uses_recipe)
+    check_fits(estimate_memory(family.model_class(task), config), location)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
         if prompt_recipe is not None and tokenizer.is_fast:  # before the (large) weights load
