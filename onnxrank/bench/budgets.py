@@ -50,6 +50,7 @@ ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "m
               "min_ceiling_share", "model", "machine_class", "note"}
 # Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
 FLOOR_METRICS = ("ratio", "ceiling_share")
+UNITS = {"ratio": "x", "ceiling_share": ""}  # the others: " ms"
 DEVICE_CLASSES = ("cpu", "cuda")
 # The keys of a min_ratio that follows the GEMM ceilings, and the ceilings it may name.
 SCALING_KEYS = ("base", "gemm_share", "ceilings")
@@ -194,9 +195,15 @@ class Verdict:
     def limit_text(self) -> str:
         """The limit as the tables show it: ``>= 2.50x``, ``<= 200.00 ms``, or ``>= not derived``
         for a scaled floor without the ceilings it follows (`derivation` gives its formula)."""
-        unit = {"ratio": "x", "ceiling_share": ""}.get(self.budget.metric, " ms")
         sign = ">=" if self.is_floor else "<="
-        return f"{sign} {'not derived' if self.allowed is None else f'{self.allowed:.2f}{unit}'}"
+        return f"{sign} {'not derived' if self.allowed is None else self._with_unit(self.allowed)}"
+
+    def measured_text(self) -> str:
+        """The measured value as the tables show it, "-" when it was not measured."""
+        return "-" if self.measured is None else self._with_unit(self.measured)
+
+    def _with_unit(self, value: float) -> str:
+        return f"{value:.2f}{UNITS.get(self.budget.metric, ' ms')}"
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -403,15 +410,14 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     notes: list[str] = []
     for verdict in verdicts:
         budget = verdict.budget
-        unit = {"ratio": "x", "ceiling_share": ""}.get(budget.metric, " ms")
-        measured = "-" if verdict.measured is None else f"{verdict.measured:.2f}{unit}"
         limit = verdict.limit_text()
         if verdict.derivation:
             notes.append(f"[{len(notes) + 1}] {budget.describe(verdict.regime)}: budget = "
                          f"{verdict.derivation}")
             limit += f" [{len(notes)}]"
         rows.append((budget.describe(verdict.regime), verdict.device,
-                     ",".join(budget.machine_classes) or "any", measured, limit, verdict.verdict))
+                     ",".join(budget.machine_classes) or "any", verdict.measured_text(), limit,
+                     verdict.verdict))
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
     return "\n".join([
         "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5]

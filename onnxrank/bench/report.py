@@ -137,7 +137,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
         ["budget", "device", "machine class", "measured", "allowed", "verdict",
          "allowed from the GEMM ceilings"],
         [[v.budget.describe(v.regime), v.device, ", ".join(v.budget.machine_classes) or "any",
-          "-" if v.measured is None else f"{v.measured:.2f}", v.limit_text(), v.verdict,
+          v.measured_text(), v.limit_text(), v.verdict,
           v.derivation or "-"]
          for v in verdicts],
     )
