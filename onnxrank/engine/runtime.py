@@ -390,7 +390,7 @@ def _probe_feeds(rows: Callable[[int], Sequence[EncodedRow]],
 
 
 def _describe_times(times_ms: Mapping[str, Mapping[str, float]]) -> str:
-    """"onnxruntime/int8 16x64 3.1 ms, 16x256 12.0 ms; openvino/fp32 ...", for `reason`."""
+    """"onnxruntime/int8 16x64 3.1 ms, 8x256 12.0 ms; openvino/fp32 ...", for `reason`."""
     return "; ".join(
         f"{label} " + ", ".join(f"{shape} {ms:.1f} ms" for shape, ms in times.items())
         for label, times in times_ms.items())
