@@ -10,6 +10,16 @@ Three kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
 3. Share-of-ceiling floors (``min_ceiling_share = 0.4`` with a ``contender``): the contender's
    effective model ops/s over the GEMM ceiling of its precision, both measured in the same run.
 
+A ratio floor against a peer that computes in another precision (PyTorch fp32) can follow the
+chip's own arithmetic instead of holding one number for a whole machine class:
+``min_ratio = { base = 1.12, gemm_share = 0.5, ceilings = "best/fp32" }`` is the floor
+``base / (1 - gemm_share + gemm_share / speedup)`` (Amdahl's law), where ``speedup`` is the best
+GEMM ceiling this run measured over its fp32 one (CeilingScaling): ``base`` holds where both
+compute alike, and ``gemm_share`` of the peer-relative time runs ``speedup`` times faster. So a
+chip of the class whose int8 is only 1.15x its fp32 is held to less than one where it is 2x, and
+a broken floor means the engine lost ground, not that the chip differs. A run without the
+ceiling scenario reports such a floor as not enforced, with the reason.
+
 A budget is enforced only for runs of the model it was set for (``model``; ``"*"`` means any):
 latencies and model-vs-model ratios depend on model size, so a run on a tiny test model reports
 them without enforcing them. An entry with a ``machine_class`` (``"avx2"``, or a list) holds on
@@ -23,12 +33,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
+from onnxrank.bench.ceiling import PRECISIONS
 from onnxrank.bench.harness import ScenarioResult
 from onnxrank.bench.machine import MACHINE_CLASSES
 
@@ -39,7 +50,66 @@ ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "m
               "min_ceiling_share", "model", "machine_class", "note"}
 # Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
 FLOOR_METRICS = ("ratio", "ceiling_share")
+UNITS = {"ratio": "x", "ceiling_share": ""}  # the others: " ms"
 DEVICE_CLASSES = ("cpu", "cuda")
+# The keys of a min_ratio that follows the GEMM ceilings, and the ceilings it may name.
+SCALING_KEYS = ("base", "gemm_share", "ceilings")
+BEST_CEILING = "best"
+SCALING_EXAMPLE = 'min_ratio = { base = 1.12, gemm_share = 0.5, ceilings = "best/fp32" }'
+
+
+class BudgetFileError(ValueError):
+    """A budgets file that cannot be used: not TOML, no calibration, or a malformed entry (the
+    message names the file, the entry and the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CeilingScaling:
+    """A ratio floor that follows the GEMM ceilings measured in the same run.
+
+    The floor is ``base / (1 - gemm_share + gemm_share / speedup)`` with ``speedup`` = the
+    `faster` ceiling over the `slower` one: ``base`` where both ceilings are equal, rising with
+    ``speedup`` for the share of the time that is GEMM arithmetic (``gemm_share = 1``: the floor
+    is ``base x speedup``).
+
+    Attributes:
+        base: The floor where the two ceilings are equal.
+        gemm_share: Share, in (0, 1], of the peer-relative time that `speedup` shortens.
+        faster: "best" (the fastest ceiling of any precision the run measured) or a precision.
+        slower: The peer's precision, e.g. "fp32".
+    """
+
+    base: float
+    gemm_share: float
+    faster: str
+    slower: str
+
+    def formula(self, speedup: str | None = None) -> str:
+        """``1.12 / (0.50 + 0.50 / 1.15)`` for a `speedup`, else with the ceilings it names."""
+        speedup = speedup or f"({self.faster}/{self.slower} GEMM ceilings)"
+        return f"{self.base:.2f} / ({1 - self.gemm_share:.2f} + {self.gemm_share:.2f} / {speedup})"
+
+    def derive(self, ceilings: Mapping[str, Mapping[str, Any]],
+               missing_note: str) -> tuple[float | None, str]:
+        """The floor and how it was derived, or None and why it cannot be.
+
+        Args:
+            ceilings: The run's GEMM ceilings per precision (onnxrank.bench.ceiling.ceilings).
+            missing_note: Why `ceilings` is empty, for the reason.
+        """
+        if not ceilings:
+            return None, f"no GEMM ceiling was measured ({missing_note})"
+        faster = (max(ceilings, key=lambda precision: ceilings[precision]["ops_per_s"])
+                  if self.faster == BEST_CEILING else self.faster)
+        missing = [precision for precision in (faster, self.slower) if precision not in ceilings]
+        if missing:
+            return None, f"no {' or '.join(missing)} GEMM ceiling was measured on this machine"
+        rates = [ceilings[precision]["ops_per_s"] / 1e9 for precision in (faster, self.slower)]
+        speedup = rates[0] / rates[1]
+        limit = self.base / (1 - self.gemm_share + self.gemm_share / speedup)
+        label = f"best ({faster})" if self.faster == BEST_CEILING else faster
+        return limit, (f"{self.formula(f'{speedup:.2f}')}; {speedup:.2f} = {label} "
+                       f"{rates[0]:.0f} / {self.slower} {rates[1]:.0f} GOP/s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +127,8 @@ class Budget:
         model: Model name the budget holds for, or "*".
         note: Why the budget is what it is.
         machine_classes: The machine classes it holds on; empty: every machine.
+        scaling: For a ratio floor that follows the run's GEMM ceilings, how (`limit` is then
+            its base); None: `limit` holds as it is.
     """
 
     device: str
@@ -68,6 +140,7 @@ class Budget:
     model: str
     note: str = ""
     machine_classes: tuple[str, ...] = ()
+    scaling: CeilingScaling | None = None
 
     def describe(self, regime: str) -> str:
         """Row label such as ``latency/short engine p50_ms`` for a result of `regime`."""
@@ -93,16 +166,21 @@ class Verdict:
         device: Device of the result.
         regime: Regime of the result.
         measured: The measured value (None when it was not measured).
-        allowed: The limit applied (latency limits scaled by the calibration).
+        allowed: The limit applied (latency limits scaled by the calibration, scaled floors
+            derived from the run's GEMM ceilings); None when the ceilings it needs are missing.
         verdict: "ok", "FAIL", "not enforced: ..." or "not measured: ...".
+        derivation: How a scaled floor was derived from the ceilings (``1.12 / (0.50 + 0.50 /
+            1.15); 1.15 = best (int8) 200 / fp32 174 GOP/s``), its formula when it could not be;
+            empty for the others.
     """
 
     budget: Budget
     device: str
     regime: str
     measured: float | None
-    allowed: float
+    allowed: float | None
     verdict: str
+    derivation: str = ""
 
     @property
     def is_floor(self) -> bool:
@@ -114,6 +192,19 @@ class Verdict:
         """True when the budget was enforced and broken."""
         return self.verdict == "FAIL"
 
+    def limit_text(self) -> str:
+        """The limit as the tables show it: ``>= 2.50x``, ``<= 200.00 ms``, or ``>= not derived``
+        for a scaled floor without the ceilings it follows (`derivation` gives its formula)."""
+        sign = ">=" if self.is_floor else "<="
+        return f"{sign} {'not derived' if self.allowed is None else self._with_unit(self.allowed)}"
+
+    def measured_text(self) -> str:
+        """The measured value as the tables show it, "-" when it was not measured."""
+        return "-" if self.measured is None else self._with_unit(self.measured)
+
+    def _with_unit(self, value: float) -> str:
+        return f"{value:.2f}{UNITS.get(self.budget.metric, ' ms')}"
+
 
 def _read_toml(path: Path) -> dict[str, Any]:
     tomllib = require("tomllib" if sys.version_info >= (3, 11) else "tomli", extra="bench")
@@ -123,7 +214,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError as err:
         raise FileNotFoundError(f"budgets file {path} does not exist; pass --budgets FILE") from err
     except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"budgets file {path} is not valid TOML: {err}") from err
+        raise BudgetFileError(f"budgets file {path} is not valid TOML: {err}") from err
 
 
 def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any],
@@ -131,10 +222,10 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
     where = f"{path} [[{device}]] entry {position + 1}"
     unknown = set(entry) - ENTRY_KEYS
     if unknown:
-        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; allowed: "
+        raise BudgetFileError(f"{where} has unknown keys {sorted(unknown)}; allowed: "
                          f"{', '.join(sorted(ENTRY_KEYS))}")
     if "scenario" not in entry:
-        raise ValueError(f"{where} needs a scenario, e.g. scenario = \"latency\"")
+        raise BudgetFileError(f"{where} needs a scenario, e.g. scenario = \"latency\"")
     common: dict[str, Any] = {
         "device": device, "scenario": str(entry["scenario"]), "regime": entry.get("regime"),
         "model": str(entry.get("model", default_model)), "note": str(entry.get("note", "")),
@@ -142,35 +233,67 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
     }
     budgets = [
         Budget(metric=metric, subject=str(entry.get("contender", "engine")),
-               limit=float(entry[metric]), **common)
+               limit=_number(where, metric, entry[metric]), **common)
         for metric in ("p50_ms", "p95_ms") if metric in entry
     ]
     if ("ratio" in entry) != ("min_ratio" in entry):
-        raise ValueError(f"{where}: ratio and min_ratio go together, e.g. ratio = \"engine/st\", "
+        raise BudgetFileError(f"{where}: ratio and min_ratio go together, e.g. ratio = \"engine/st\", "
                          "min_ratio = 2.5")
     if "ratio" in entry:
         ratio = str(entry["ratio"])
         if ratio.count("/") != 1:
-            raise ValueError(f"{where}: ratio must look like \"engine/st\", got {ratio!r}")
-        budgets.append(Budget(metric="ratio", subject=ratio, limit=float(entry["min_ratio"]),
+            raise BudgetFileError(f"{where}: ratio must look like \"engine/st\", got {ratio!r}")
+        floor = entry["min_ratio"]
+        scaling = _scaling(where, floor) if isinstance(floor, dict) else None
+        budgets.append(Budget(metric="ratio", subject=ratio, scaling=scaling,
+                              limit=scaling.base if scaling else _number(where, "min_ratio", floor),
                               **common))
     if "min_ceiling_share" in entry:
         budgets.append(Budget(metric="ceiling_share", subject=str(entry.get("contender", "engine")),
-                              limit=float(entry["min_ceiling_share"]), **common))
+                              limit=_number(where, "min_ceiling_share",
+                                            entry["min_ceiling_share"]), **common))
     if not budgets:
-        raise ValueError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
+        raise BudgetFileError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
                          "or min_ceiling_share")
     return budgets
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BudgetFileError(f"{where}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _scaling(where: str, table: dict[str, Any]) -> CeilingScaling:
+    """A min_ratio given as a table: the floor that follows the run's GEMM ceilings."""
+    if set(table) != set(SCALING_KEYS):
+        raise BudgetFileError(
+            f"{where}: a min_ratio table needs exactly the keys {', '.join(SCALING_KEYS)}, got "
+            f"{', '.join(sorted(table)) or 'none'}; e.g. {SCALING_EXAMPLE}")
+    base = _number(where, "min_ratio.base", table["base"])
+    share = _number(where, "min_ratio.gemm_share", table["gemm_share"])
+    if base <= 0 or not 0 < share <= 1:
+        raise BudgetFileError(f"{where}: min_ratio needs base > 0 and 0 < gemm_share <= 1, got "
+                              f"base = {base}, gemm_share = {share}")
+    ceilings = table["ceilings"]
+    faster, _, slower = str(ceilings).partition("/")
+    if (not isinstance(ceilings, str) or faster not in (BEST_CEILING, *PRECISIONS)
+            or slower not in PRECISIONS):
+        raise BudgetFileError(
+            f"{where}: min_ratio.ceilings must be \"FASTER/SLOWER\" with FASTER one of "
+            f"{BEST_CEILING}, {', '.join(PRECISIONS)} and SLOWER one of {', '.join(PRECISIONS)}, "
+            f"got {ceilings!r}")
+    return CeilingScaling(base=base, gemm_share=share, faster=faster, slower=slower)
 
 
 def _machine_classes(where: str, value: Any) -> tuple[str, ...]:
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError(f"{where}: machine_class must be a class name or a list of them, "
+        raise BudgetFileError(f"{where}: machine_class must be a class name or a list of them, "
                          f"got {value!r}")
     unknown = [name for name in names if name not in MACHINE_CLASSES]
     if unknown:
-        raise ValueError(f"{where}: unknown machine_class {unknown}; choose from "
+        raise BudgetFileError(f"{where}: unknown machine_class {unknown}; choose from "
                          f"{', '.join(MACHINE_CLASSES)}")
     return tuple(names)
 
@@ -180,20 +303,21 @@ def load_budgets(path: str | Path) -> BudgetFile:
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ValueError: Invalid TOML, a missing calibration section, or a malformed entry.
+        BudgetFileError: Invalid TOML, a missing calibration section, or a malformed entry
+            (a ValueError).
         MissingDependencyError: Python < 3.11 without tomli.
     """
     path = Path(path)
     data = _read_toml(path)
     calibration = data.get("calibration", {})
     if "reference_ms" not in calibration:
-        raise ValueError(
+        raise BudgetFileError(
             f"{path} needs [calibration] reference_ms (the calibration time on the reference "
             "machine); see onnxrank/bench/suite/budgets.toml"
         )
     unknown = set(data) - {"calibration", "model", *DEVICE_CLASSES}
     if unknown:
-        raise ValueError(f"{path} has unknown top-level keys {sorted(unknown)}; allowed: "
+        raise BudgetFileError(f"{path} has unknown top-level keys {sorted(unknown)}; allowed: "
                          f"calibration, model, {', '.join(DEVICE_CLASSES)}")
     default_model = str(data.get("model", ANY_MODEL))
     budgets = [
@@ -205,7 +329,8 @@ def load_budgets(path: str | Path) -> BudgetFile:
     return BudgetFile(
         path=path,
         reference_machine=str(calibration.get("reference_machine", "unnamed")),
-        reference_ms=float(calibration["reference_ms"]),
+        reference_ms=_number(f"{path} [calibration]", "reference_ms",
+                             calibration["reference_ms"]),
         budgets=tuple(budgets),
     )
 
@@ -229,6 +354,8 @@ def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str
 def check_budgets(
     budget_file: BudgetFile, result: ScenarioResult, *, model: str, scale: float,
     machine_class: str, not_enforced: str | None = None,
+    ceilings: Mapping[str, Mapping[str, Any]] | None = None,
+    ceiling_note: str = "the ceiling scenario did not run",
 ) -> list[Verdict]:
     """Verdicts of every budget that applies to `result`.
 
@@ -236,7 +363,10 @@ def check_budgets(
     2. The budget's model is neither "*" nor `model`: reported, "not enforced".
     3. The budget names machine classes and `machine_class` is not one: reported, "not enforced".
     4. `not_enforced` is given (a quick run): reported, "not enforced: <not_enforced>".
-    5. Ratios and shares must be >= the floor; latencies <= limit × `scale`.
+    5. A floor that follows the GEMM ceilings, and `ceilings` lacks one it needs: reported,
+       "not enforced" with the reason (`ceiling_note` when none was measured).
+    6. Ratios and shares must be >= the floor (a scaled one derived from `ceilings`);
+       latencies <= limit × `scale`.
     """
     verdicts = []
     for budget in budget_file.budgets:
@@ -244,7 +374,12 @@ def check_budgets(
                 or budget.regime not in (None, result.regime)):
             continue
         floor = budget.metric in FLOOR_METRICS
-        allowed = budget.limit if floor else budget.limit * scale
+        allowed: float | None = budget.limit if floor else budget.limit * scale
+        derivation = reason_not_derived = ""
+        if budget.scaling is not None:
+            allowed, derivation = budget.scaling.derive(ceilings or {}, ceiling_note)
+            if allowed is None:
+                reason_not_derived, derivation = derivation, budget.scaling.formula()
         measured, reason = _measured(budget, result)
         if measured is None:
             verdict = f"not measured: {reason}"
@@ -256,29 +391,35 @@ def check_budgets(
                        f"{' or '.join(budget.machine_classes)}, this machine is {machine_class}")
         elif not_enforced is not None:
             verdict = f"not enforced: {not_enforced}"
+        elif allowed is None:
+            verdict = f"not enforced: the floor follows the GEMM ceilings, and {reason_not_derived}"
         elif floor:
             verdict = "ok" if measured >= allowed else "FAIL"
         else:
             verdict = "ok" if measured <= allowed else "FAIL"
         verdicts.append(Verdict(budget=budget, device=result.device, regime=result.regime,
-                                measured=measured, allowed=allowed, verdict=verdict))
+                                measured=measured, allowed=allowed, verdict=verdict,
+                                derivation=derivation))
     return verdicts
 
 
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
-    """Plain-text table: scenario, device, machine class, measured, budget, verdict."""
+    """Plain-text table: scenario, device, machine class, measured, budget, verdict; a floor that
+    follows the GEMM ceilings is marked [n], and a note below the table says how it was derived."""
     rows = [("scenario", "device", "class", "measured", "budget", "verdict")]
+    notes: list[str] = []
     for verdict in verdicts:
         budget = verdict.budget
-        unit = {"ratio": "x", "ceiling_share": ""}.get(budget.metric, " ms")
-        sign = ">=" if verdict.is_floor else "<="
-        measured = "-" if verdict.measured is None else f"{verdict.measured:.2f}{unit}"
-        allowed = f"{sign} {verdict.allowed:.2f}{unit}"
+        limit = verdict.limit_text()
+        if verdict.derivation:
+            notes.append(f"[{len(notes) + 1}] {budget.describe(verdict.regime)}: budget = "
+                         f"{verdict.derivation}")
+            limit += f" [{len(notes)}]"
         rows.append((budget.describe(verdict.regime), verdict.device,
-                     ",".join(budget.machine_classes) or "any", measured, allowed,
+                     ",".join(budget.machine_classes) or "any", verdict.measured_text(), limit,
                      verdict.verdict))
     widths = [max(len(row[column]) for row in rows) for column in range(5)]
-    return "\n".join(
+    return "\n".join([
         "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5]
         for row in rows
-    )
+    ] + notes)

@@ -45,7 +45,8 @@ def write_summary_json(path: Path, run: dict[str, Any], results: Sequence[Scenar
         "results": [asdict(result) for result in results],
         "budgets": [
             {**asdict(verdict.budget), "device": verdict.device, "regime": verdict.regime,
-             "measured": verdict.measured, "allowed": verdict.allowed, "verdict": verdict.verdict}
+             "measured": verdict.measured, "allowed": verdict.allowed, "verdict": verdict.verdict,
+             "derivation": verdict.derivation}
             for verdict in verdicts
         ],
     }
@@ -133,10 +134,11 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
                                                  for r in capped) if capped else "") + "."]
     lines += ["", "## Budgets", ""]
     lines += _table(
-        ["budget", "device", "machine class", "measured", "allowed", "verdict"],
+        ["budget", "device", "machine class", "measured", "allowed", "verdict",
+         "allowed from the GEMM ceilings"],
         [[v.budget.describe(v.regime), v.device, ", ".join(v.budget.machine_classes) or "any",
-          "-" if v.measured is None else f"{v.measured:.2f}",
-          f"{'>=' if v.is_floor else '<='} {v.allowed:.2f}", v.verdict]
+          v.measured_text(), v.limit_text(), v.verdict,
+          v.derivation or "-"]
          for v in verdicts],
     )
     plots = [f"![{name}]({file_name})" for name, file_name in PLOTS.items()

@@ -25,7 +25,6 @@ from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow, RowEncoder
 from onnxrank.engine.runtime import (
     DEFAULT_MODELS_DIR,
-    PROBE_MAX_TOKENS,
     LoadedModel,
     load_model,
     resolve_model_dir,
@@ -138,9 +137,9 @@ class EngineModel(ABC, Generic[Item]):
         """The items the runtime probe times candidates on (from runtime.probe_pairs)."""
 
     @classmethod
-    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer) -> list[EncodedRow]:
-        """The probe's rows: `probe_items` with about PROBE_MAX_TOKENS tokens of item text."""
-        length = min(PROBE_MAX_TOKENS, spec.max_length)
+    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer, tokens: int) -> list[EncodedRow]:
+        """The probe's rows: `probe_items` with about `tokens` tokens of item text."""
+        length = min(tokens, spec.max_length)
         return cls.row_encoder(tokenizer, length, spec.recipe).encode(cls.probe_items())
 
     @property

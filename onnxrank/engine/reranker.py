@@ -24,7 +24,7 @@ from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow, RowBudget, RowEncoder
-from onnxrank.engine.runtime import PROBE_MAX_TOKENS, LoadedModel, pad_rows, probe_pairs
+from onnxrank.engine.runtime import LoadedModel, pad_rows, probe_pairs
 from onnxrank.engine.spec import ModelKind, ModelSpec
 from onnxrank.engine.tokenize import PairEncoder
 from onnxrank.errors import InferenceError, ModelLoadError
@@ -412,10 +412,10 @@ class DecoderReranker(Reranker):
         return PromptEncoder(tokenizer, max_length, recipe)
 
     @classmethod
-    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer) -> list[EncodedRow]:
-        """Probe pairs of about PROBE_MAX_TOKENS tokens, with the recipe's prompt on top."""
+    def probe_rows(cls, spec: ModelSpec, tokenizer: Tokenizer, tokens: int) -> list[EncodedRow]:
+        """Probe pairs of about `tokens` tokens, with the recipe's prompt on top."""
         prompt = cls.row_encoder(tokenizer, spec.max_length, spec.recipe).row_budget()
-        length = min(spec.max_length, PROBE_MAX_TOKENS + prompt.fixed_tokens)
+        length = min(spec.max_length, tokens + prompt.fixed_tokens)
         return cls.row_encoder(tokenizer, length, spec.recipe).encode(cls.probe_items())
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -42,13 +43,16 @@ logger = logging.getLogger(__name__)
 BACKENDS: dict[str, Backend] = {
     backend.name: backend for backend in (OnnxruntimeBackend(), OpenvinoBackend())
 }
-# The probe times one batch of 16 real pairs cut to 128 tokens (rerank candidates are mostly
-# passages of this size): each candidate's best of 5 rounds after a warm-up, every round running
-# every candidate once, so a stall of the machine costs each candidate a round instead of costing
-# one candidate all its runs (a choice is cached for good). About 0.1-0.6 s per candidate here.
-PROBE_PAIRS = 16
-PROBE_MAX_TOKENS = 128
-PROBE_ROUNDS = 5
+# The probe times real pairs at two shapes (pairs, tokens of pair text): 16 pairs cut to 64 tokens
+# (short passages) and the first 8 cut to 256 (the long rows of mixed lengths), together about
+# the work of the 16 x 128 it timed before. At each shape a candidate's time is its best of 3
+# rounds after a warm-up, every round running every candidate once, so a stall of the machine
+# costs each candidate a round instead of costing one candidate all its runs (a choice is cached
+# for good). The fastest is the candidate with the lowest score by PROBE_RULE (probe_choice).
+PROBE_SHAPES = ((16, 64), (8, 256))
+PROBE_PAIRS = max(pairs for pairs, _ in PROBE_SHAPES)
+PROBE_ROUNDS = 3
+PROBE_RULE = "the geometric mean over shapes of each time relative to the fastest at that shape"
 CHOICE_CACHE_FILE = "runtime_choices.json"
 # OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
 COMPILE_CACHE_DIR = "openvino"
@@ -149,8 +153,9 @@ class Candidate:
         return f"{self.backend}/{self.precision}"
 
 
-# The probe's input: the model's kind encodes these texts into rows (onnxrank.engine.model).
-ProbeRows = Callable[[ModelSpec, Tokenizer], Sequence[EncodedRow]]
+# The probe's input: the model's kind encodes these texts into rows with about this many tokens of
+# pair text (onnxrank.engine.model).
+ProbeRows = Callable[[ModelSpec, Tokenizer, int], Sequence[EncodedRow]]
 
 
 def probe_pairs() -> list[Pair]:
@@ -179,7 +184,8 @@ def load_model(spec: ModelSpec, model_dir: Path, *, config: EngineConfig, probe_
         model_dir: Model directory written by `onnxrank export`.
         config: Device, backend, precision and threads are read here.
         probe_rows: The rows the probe times candidates on, built by the model's kind from
-            `probe_pairs` (called only when there is a choice to probe).
+            `probe_pairs` with about the given tokens of pair text (called only when there is
+            a choice to probe).
         choice_cache: JSON file of probed choices; None = default_choice_cache().
         started: perf_counter() when the load began (reported as load_ms); None = now.
 
@@ -217,7 +223,7 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
             reason="requested" if requested else "the only validated candidate here")
     else:
         runner = _choose_by_probe(spec, candidates, opener,
-                                  lambda: probe_rows(spec, tokenizer),
+                                  lambda tokens: probe_rows(spec, tokenizer, tokens),
                                   choice_cache or default_choice_cache())
     return LoadedModel(spec, model_dir, runner, tokenizer)
 
@@ -325,8 +331,10 @@ def machine_fingerprint(threads: int) -> dict[str, str]:
 
 def _choice_key(spec: ModelSpec, device: Device, candidates: list[Candidate],
                 fingerprint: dict[str, str]) -> str:
+    # the probe's shapes and rule are part of the key: a choice made another way is not reused
+    probe = [PROBE_SHAPES, PROBE_RULE]
     material = json.dumps([spec.manifest_hash(), device.value,
-                           [candidate.label for candidate in candidates], fingerprint],
+                           [candidate.label for candidate in candidates], fingerprint, probe],
                           sort_keys=True)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
@@ -356,41 +364,94 @@ def _write_choice(path: Path, key: str, entry: dict[str, object]) -> None:
             logger.warning("could not cache the runtime choice in %s: %s", path, err)
 
 
+def probe_choice(times_ms: Mapping[str, Mapping[str, float]]) -> tuple[str, dict[str, float]]:
+    """The fastest candidate by PROBE_RULE, and every candidate's score.
+
+    A score of 1.0 is fastest at every shape; 1.2 is 20% slower than the fastest at each shape
+    (geometric mean), so a short shape's few milliseconds count as much as a long one's many.
+    Ties go to the first candidate (the backends' order of preference).
+
+    Args:
+        times_ms: Per candidate label, its time in ms at each shape (every candidate timed at
+            the same shapes).
+    """
+    shapes = next(iter(times_ms.values()))
+    fastest = {shape: min(times[shape] for times in times_ms.values()) for shape in shapes}
+    scores = {label: math.prod(times[shape] / fastest[shape] for shape in shapes)
+              ** (1 / len(shapes)) for label, times in times_ms.items()}
+    return min(scores, key=scores.__getitem__), scores
+
+
+def _probe_feeds(rows: Callable[[int], Sequence[EncodedRow]],
+                 pad_token_id: int) -> dict[str, dict[str, np.ndarray]]:
+    """The probe's batches by shape: "16x64" is 16 pairs of 64 tokens of pair text."""
+    return {f"{pairs}x{tokens}": pad_rows(rows(tokens)[:pairs], pad_token_id)
+            for pairs, tokens in PROBE_SHAPES}
+
+
+def _describe_times(times_ms: Mapping[str, Mapping[str, float]]) -> str:
+    """"onnxruntime/int8 16x64 3.1 ms, 8x256 12.0 ms; openvino/fp32 ...", for `reason`."""
+    return "; ".join(
+        f"{label} " + ", ".join(f"{shape} {ms:.1f} ms" for shape, ms in times.items())
+        for label, times in times_ms.items())
+
+
+def _cached_choice(entry: object,
+                   labels: Sequence[str]) -> tuple[str, str, dict[str, dict[str, float]]] | None:
+    """A cached entry's choice, time of measurement and per-shape times when the choice is one
+    of `labels`; None for anything else (an entry of the older probe that timed one shape, a
+    damaged file)."""
+    if not isinstance(entry, dict) or entry.get("choice") not in labels:
+        return None
+    times = entry.get("probe_ms")
+    if not isinstance(times, dict) or not all(
+            isinstance(shapes, dict) and shapes
+            and all(isinstance(ms, (int, float)) for ms in shapes.values())
+            for shapes in times.values()):
+        return None
+    return str(entry["choice"]), str(entry.get("measured_at")), times
+
+
 def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Opener,
-                     rows: Callable[[], Sequence[EncodedRow]], cache: Path) -> ModelRunner:
+                     rows: Callable[[int], Sequence[EncodedRow]], cache: Path) -> ModelRunner:
     """Open the cached choice for this machine, or time every candidate and cache the fastest."""
     fingerprint = machine_fingerprint(opener.threads)
     key = _choice_key(spec, opener.device, candidates, fingerprint)
-    cached = _read_choices(cache).get(key)
     by_label = {candidate.label: candidate for candidate in candidates}
-    if cached is not None and cached.get("choice") in by_label:
-        return opener.open(by_label[str(cached["choice"])]).with_info(reason=(
-            f"fastest of {', '.join(by_label)} when probed on this machine at "
-            f"{cached.get('measured_at')} (cached in {cache})"))
-    feeds = pad_rows(rows(), spec.pad_token_id)  # encoded only when there is something to time
+    cached = _cached_choice(_read_choices(cache).get(key), list(by_label))
+    if cached is not None:
+        choice, measured_at, cached_times = cached
+        return opener.open(by_label[choice]).with_info(reason=(
+            f"fastest of {', '.join(by_label)} when probed on this machine at {measured_at} "
+            f"({_describe_times(cached_times)}; cached in {cache})"))
+    shapes = _probe_feeds(rows, spec.pad_token_id)  # encoded only when there is something to time
     runners: dict[str, ModelRunner] = {}
     for candidate in candidates:
         runners[candidate.label] = opener.open(candidate)
-        runners[candidate.label].run(feeds)  # warm-up: first runs allocate and compile kernels
-    timings = dict.fromkeys(runners, float("inf"))
+        for feeds in shapes.values():  # warm-up: first runs allocate and compile kernels
+            runners[candidate.label].run(feeds)
     labels = list(runners)
+    times: dict[str, dict[str, float]] = {label: dict.fromkeys(shapes, float("inf"))
+                                          for label in labels}
     for round_index in range(PROBE_ROUNDS):
         # each round starts one candidate later, so none always runs right after the same one
         shift = round_index % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            started = time.perf_counter()
-            runners[label].run(feeds)
-            timings[label] = min(timings[label], (time.perf_counter() - started) * 1000)
-    choice = min(timings, key=timings.__getitem__)
-    measured = ", ".join(f"{label} {ms:.1f} ms" for label, ms in timings.items())
+        for shape, feeds in shapes.items():
+            for label in labels[shift:] + labels[:shift]:
+                started = time.perf_counter()
+                runners[label].run(feeds)
+                times[label][shape] = min(times[label][shape],
+                                          (time.perf_counter() - started) * 1000)
+    choice, scores = probe_choice(times)
     _write_choice(cache, key, {
-        "choice": choice, "probe_ms": timings, "model": spec.name, "fingerprint": fingerprint,
+        "choice": choice, "probe_ms": times, "score": scores, "rule": PROBE_RULE,
+        "model": spec.name, "fingerprint": fingerprint,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     })
     return runners[choice].with_info(reason=(
-        f"fastest when probed now ({measured}; {PROBE_PAIRS} validation pairs of at most "
-        f"{PROBE_MAX_TOKENS} tokens, best of {PROBE_ROUNDS} interleaved rounds); cached in "
-        f"{cache}"))
+        f"fastest when probed now ({_describe_times(times)}; validation pairs as batches of "
+        f"{' and '.join(shapes)} pairs x tokens, best of {PROBE_ROUNDS} interleaved rounds, "
+        f"ranked by {PROBE_RULE}); cached in {cache}"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -317,7 +317,11 @@ def test_a_full_run_enforces_budgets_and_takes_queries_threads_dataset(
         tiny_model_dir: Path, tmp_path: Path) -> None:
     budgets = tmp_path / "impossible.toml"
     budgets.write_text('model = "*"\n[calibration]\nreference_ms = 1000000.0\n'
-                       '[[cpu]]\nscenario = "latency"\nregime = "short"\np50_ms = 0.001\n')
+                       '[[cpu]]\nscenario = "latency"\nregime = "short"\np50_ms = 0.001\n'
+                       # a floor that follows the GEMM ceilings the same run measured
+                       '[[cpu]]\nscenario = "latency"\nregime = "short"\n'
+                       'ratio = "engine/naive_ort"\n'
+                       'min_ratio = { base = 1000.0, gemm_share = 0.5, ceilings = "best/fp32" }\n')
     dataset = _small_dataset(tmp_path / "tiny-collection")
     out = tmp_path / "report"
     completed = _bench(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu",
@@ -328,8 +332,17 @@ def test_a_full_run_enforces_budgets_and_takes_queries_threads_dataset(
     assert "budget broken" in completed.stdout
     assert re.search(r"latency/short engine p50_ms\s+cpu\s+any\s+[\d.]+ ms\s+<= 0\.00 ms\s+FAIL",
                      completed.stdout)
-    assert "1 budget(s) broken" in completed.stdout
+    assert re.search(r"latency/short engine/naive_ort ratio\s+cpu\s+any\s+[\d.]+x\s+"
+                     r">= [\d.]+x \[1\]\s+FAIL", completed.stdout)
+    assert re.search(r"\[1\] latency/short engine/naive_ort ratio: budget = 1000\.00 / "
+                     r"\(0\.50 \+ 0\.50 / [\d.]+\); [\d.]+ = best \((int8|bf16|fp32)\) [\d]+ / "
+                     r"fp32 [\d]+ GOP/s", completed.stdout)
+    assert "2 budget(s) broken" in completed.stdout
     summary = json.loads((out / "summary.json").read_text())
+    [scaled] = [v for v in summary["budgets"] if v["subject"] == "engine/naive_ort"]
+    assert scaled["scaling"] == {"base": 1000.0, "gemm_share": 0.5, "faster": "best",
+                                 "slower": "fp32"}
+    assert scaled["allowed"] > 1000.0 and scaled["derivation"].startswith("1000.00 / (0.50 + ")
     assert summary["run"]["quick"] is False and summary["run"]["threads"] == 1
     assert summary["run"]["dataset"] == str(dataset)
     [latency] = [r for r in summary["results"] if r["scenario"] == "latency"]

@@ -72,16 +72,17 @@ def test_deadline_and_long_documents(fp32_decoder: Reranker, decoder_model_dir: 
 
 def test_the_runtime_probe_times_rows_with_the_prompt(decoder_model_dir: Path) -> None:
     # the probe picks the fastest runtime on the rows the engine will run: prompt included
-    from onnxrank.engine.runtime import PROBE_MAX_TOKENS, pad_rows
+    from onnxrank.engine.runtime import PROBE_SHAPES, pad_rows
     from onnxrank.engine.spec import load_model_spec
     from onnxrank.engine.tokenize import load_tokenizer
 
     spec = load_model_spec(decoder_model_dir)
     tokenizer = load_tokenizer(spec, decoder_model_dir)
-    feeds = pad_rows(DecoderReranker.probe_rows(spec, tokenizer), spec.pad_token_id)
+    tokens = max(tokens for _, tokens in PROBE_SHAPES)
+    feeds = pad_rows(DecoderReranker.probe_rows(spec, tokenizer, tokens), spec.pad_token_id)
     recipe = spec.recipe
     assert recipe is not None
     prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
     assert (feeds["input_ids"][:, :len(prefix)] == prefix).all()
     # the recipe's fixed tokens come on top of the probed pair text, which keeps its length
-    assert feeds["attention_mask"].sum(axis=1).max() > PROBE_MAX_TOKENS
+    assert feeds["attention_mask"].sum(axis=1).max() > tokens

@@ -23,6 +23,7 @@ from onnxrank.engine.runtime import (
     load_model,
     pad_rows,
     passed_gate,
+    probe_choice,
     resolve_model_dir,
 )
 from onnxrank.engine.spec import load_model_spec
@@ -126,13 +127,20 @@ def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path
     config = EngineConfig(device="cpu", threads=1)
     tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
     first = _load(tiny_model_dir, config=config, choice_cache=cache)
-    assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/int8 ")
+    assert first.runner.info.reason.startswith("fastest when probed now (onnxruntime/int8 16x64 ")
     entry = next(iter(json.loads(cache.read_text()).values()))
     assert entry["choice"] == f"{first.runner.info.backend}/{first.runner.info.precision}"
     assert entry["fingerprint"]["threads"] == "1"
+    # every candidate's time at each shape, and the scores the choice was made by
+    assert {label: set(times) for label, times in entry["probe_ms"].items()} == {
+        "onnxruntime/int8": {"16x64", "8x256"}, "openvino/fp32": {"16x64", "8x256"}}
+    assert probe_choice(entry["probe_ms"]) == (entry["choice"], entry["score"])
     again = _load(tiny_model_dir, config=config, choice_cache=cache)
     assert again.runner.info.reason.startswith("fastest of onnxruntime/int8, openvino/fp32 when "
                                                "probed on this machine at ")
+    for label, times in entry["probe_ms"].items():  # the times it was chosen by, per shape
+        shapes = ", ".join(f"{shape} {ms:.1f} ms" for shape, ms in times.items())
+        assert f"{label} {shapes}" in again.runner.info.reason
     assert (again.runner.info.backend, again.runner.info.precision) == (
         first.runner.info.backend, first.runner.info.precision)
     # the same cache file on another machine (another CPU model) is a miss: probe again
@@ -140,6 +148,40 @@ def test_probe_choice_is_cached_per_machine(tiny_model_dir: Path, tmp_path: Path
     elsewhere = _load(tiny_model_dir, config=config, choice_cache=cache)
     assert elsewhere.runner.info.reason.startswith("fastest when probed now")
     assert len(json.loads(cache.read_text())) == 2
+
+
+def test_the_probe_ranks_by_the_geometric_mean_of_relative_times() -> None:
+    # b is faster in total milliseconds (105 against 110), but twice as slow on short batches
+    # and only 15% faster on long ones: a wins
+    choice, scores = probe_choice({"a": {"16x64": 10.0, "8x256": 100.0},
+                                   "b": {"16x64": 20.0, "8x256": 85.0}})
+    assert choice == "a"
+    assert scores == pytest.approx({"a": (100 / 85) ** 0.5, "b": 2 ** 0.5})
+    # fastest at every shape scores 1.0; a tie goes to the first candidate (the preference order)
+    assert probe_choice({"x": {"s": 2.0, "l": 8.0}, "y": {"s": 1.0, "l": 4.0}}) == (
+        "y", {"x": 2.0, "y": 1.0})
+    assert probe_choice({"x": {"s": 1.0, "l": 8.0}, "y": {"s": 2.0, "l": 4.0}})[0] == "x"
+
+
+@pytest.mark.parametrize("entry", [
+    # the one-shape probe's record: one time per candidate, not one per shape
+    {"choice": "openvino/fp32", "probe_ms": {"onnxruntime/int8": 3.0, "openvino/fp32": 2.0}},
+    {"choice": "openvino/fp32"},
+    ["damaged"],
+], ids=["one-shape", "no-times", "not-a-record"])
+def test_a_cached_entry_of_another_format_is_probed_again(
+    tiny_model_dir: Path, tmp_path: Path, entry: object
+) -> None:
+    cache = tmp_path / "choices.json"
+    config = EngineConfig(device="cpu", threads=1)
+    tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
+    _load(tiny_model_dir, config=config, choice_cache=cache)
+    # the entry under this machine's key replaced by one in another format
+    cache.write_text(json.dumps(dict.fromkeys(json.loads(cache.read_text()), entry)))
+    again = _load(tiny_model_dir, config=config, choice_cache=cache)
+    assert again.runner.info.reason.startswith("fastest when probed now")
+    rewritten = next(iter(json.loads(cache.read_text()).values()))
+    assert set(rewritten["probe_ms"]["openvino/fp32"]) == {"16x64", "8x256"}
 
 
 class _StalledRunner:
@@ -177,7 +219,7 @@ def test_a_stall_of_the_machine_does_not_decide_the_probe(
                         choice_cache=tmp_path / "choices.json")
     assert stalls == [0]
     assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "int8")
-    assert "best of 5 interleaved rounds" in loaded.runner.info.reason
+    assert "best of 3 interleaved rounds" in loaded.runner.info.reason
 
 
 def test_explicit_choices_are_never_silently_replaced(tiny_model_dir: Path) -> None:

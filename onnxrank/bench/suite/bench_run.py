@@ -437,7 +437,8 @@ class BenchRun:
         self.results.append(result)
         verdicts = check_budgets(self.budgets, result, model=spec.name,
                                  scale=self.scale, machine_class=self.machine_class,
-                                 not_enforced=self.not_enforced_reason)
+                                 not_enforced=self.not_enforced_reason, ceilings=self.ceilings,
+                                 ceiling_note=self.ceiling_note)
         self.verdicts.extend(verdicts)
         broken = [verdict for verdict in verdicts if verdict.failed]
         if broken:

@@ -146,7 +146,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
               "(without --quick) enforces them")
     elif any(verdict.verdict.startswith("not enforced") for verdict in run.verdicts):
         write("some budgets reported but NOT enforced: they were set for another model or "
-              "another machine class")
+              "another machine class, or follow GEMM ceilings this run did not measure")
     skipped = {f"{result.scenario}: {name} ({result.device})": reason for result in run.results
                for name, reason in result.skipped.items()}
     for name, reason in sorted(skipped.items()):
