@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -21,6 +23,9 @@ from onnxrank.cli import main
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import families, family_for
 from onnxrank.export.fidelity import score_metrics
+
+if TYPE_CHECKING:
+    from onnxrank.export.pipeline import ExportResult
 
 # the decoder family scores through a prompt recipe and is tested in tests/decoder
 CROSS_ENCODERS = [family.name for family in families() if not family.uses_recipe]
@@ -45,6 +50,9 @@ PAIRS = [
 # tokens, and eager attention over them took 5-12 GB per export; these tests are about the family
 # machinery, long rows have their own test (test_long_context_family_keeps_its_max_length...)
 TINY_POSITIONS = {"modernbert": 512}
+# A tiny model's export keeps about one core busy (tracing, NNCF, validation in Python), so the
+# fixtures run two at a time, each in a child process of its own: both of CI's two cores work.
+EXPORTS_AT_ONCE = 2
 
 
 @pytest.fixture(scope="session")
@@ -61,18 +69,39 @@ def family_exports(family_checkpoints: dict[str, Path],
     """Each family exported by `onnxrank export` (exit code, model directory). ELECTRA also asks
     for ov_int8 with a top-10 overlap no variant can meet, so that variant must fail its gate."""
     root = tmp_path_factory.mktemp("family-models")
-    exports = {}
-    for name, checkpoint in family_checkpoints.items():
-        out = root / name
-        variants = "fp32,opt,int8,ov_int8" if name == "electra" else "fp32,opt,int8"
-        thresholds = (["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
-                       "--int8-min-top10-overlap", "1.01"]
-                      if name == "electra" else LOOSE)
-        code = in_child_process(main, ["export", "--model", str(checkpoint), "--out", str(out),
-                                       "--variants", variants, "--int8-method", "dynamic",
-                                       "--validation-pairs", str(TINY_PAIRS), *thresholds])
-        exports[name] = (code, out)
-    return exports
+    codes = {}
+    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
+        for name, checkpoint in family_checkpoints.items():
+            variants = "fp32,opt,int8,ov_int8" if name == "electra" else "fp32,opt,int8"
+            thresholds = (["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
+                           "--int8-min-top10-overlap", "1.01"]
+                          if name == "electra" else LOOSE)
+            codes[name] = pool.submit(
+                in_child_process, main, ["export", "--model", str(checkpoint), "--out",
+                                         str(root / name), "--variants", variants,
+                                         "--int8-method", "dynamic", "--validation-pairs",
+                                         str(TINY_PAIRS), *thresholds])
+    return {name: (code.result(), root / name) for name, code in codes.items()}
+
+
+@pytest.fixture(scope="session")
+def ov_int8_exports(family_checkpoints: dict[str, Path],
+                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[ExportResult]]:
+    """Each family but ELECTRA (whose ov_int8 must fail, above) exported with fp32 and one
+    ov_int8 recipe, loose thresholds; a family's test raises what its export raised."""
+    from onnxrank.export.fidelity import FidelityThresholds
+    from onnxrank.export.pipeline import ExportRequest, export_model
+    from onnxrank.export.quantize_openvino import OvInt8Settings
+
+    root = tmp_path_factory.mktemp("family-ov-int8")
+    thresholds = FidelityThresholds(int8_min_spearman=0.5, int8_min_spearman_per_query=0.5,
+                                    int8_min_top10_overlap=0.5)
+    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
+        return {family: pool.submit(in_child_process, export_model, ExportRequest(
+            model=str(family_checkpoints[family]), out_dir=root / family,
+            variants=("fp32", "ov_int8"), ov_int8=(OvInt8Settings(fp32_head=True),),
+            validation_pairs=TINY_PAIRS, thresholds=thresholds))
+            for family in CROSS_ENCODERS if family != "electra"}
 
 
 def _torch_logits(checkpoint: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -185,22 +214,13 @@ def test_electra_ov_int8_missing_its_gate_keeps_the_others(
 
 @pytest.mark.parametrize("family", [name for name in CROSS_ENCODERS if name != "electra"])
 def test_ov_int8_builds_or_is_recorded_and_records_bf16(
-        family: str, family_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+        family: str, ov_int8_exports: dict[str, Future[ExportResult]]) -> None:
     """DeBERTa-v2 once crashed NNCF and ModernBERT was fed token_type_ids in the OpenVINO step:
     the export always finishes with fp32, and ov_int8 is either built and validated (with its
     bf16 record) or recorded with the reason."""
     from onnxrank.engine.backends.openvino import cpu_capabilities
-    from onnxrank.export.fidelity import FidelityThresholds
-    from onnxrank.export.pipeline import ExportRequest, export_model
-    from onnxrank.export.quantize_openvino import OvInt8Settings
 
-    result = in_child_process(export_model, ExportRequest(
-        model=str(family_checkpoints[family]), out_dir=tmp_path / family,
-        variants=("fp32", "ov_int8"), ov_int8=(OvInt8Settings(fp32_head=True),),
-        validation_pairs=TINY_PAIRS,
-        thresholds=FidelityThresholds(int8_min_spearman=0.5, int8_min_spearman_per_query=0.5,
-                                      int8_min_top10_overlap=0.5)))
-    spec = result.spec
+    spec = ov_int8_exports[family].result().spec
     assert "fp32" in spec.variants
     assert ("ov_int8" in spec.variants) != ("ov_int8" in spec.failed_variants)
     if spec.failed_variants.get("ov_int8", {}).get("stage") == "not applicable":
