@@ -15,6 +15,9 @@ from onnxrank.export.quantize_rows import quantize_per_row
 
 logger = logging.getLogger(__name__)
 
+# Int8Settings.method: per-token activation scales, per-batch ones, calibrated ones
+INT8_METHODS = ("per_row", "dynamic", "static")
+
 
 @dataclass(frozen=True, slots=True)
 class Int8Settings:
@@ -69,7 +72,6 @@ class Int8Settings:
             )
 
 
-INT8_METHODS = ("per_row", "dynamic", "static")
 # Tried in order; the first whose int8 file meets the fidelity thresholds is kept.
 # 0. Per-row: every encoder MatMul in int8 with per-token activation scales, the score head in
 #    fp32. On the stand-in it passes the gate where every dynamic rung with feed-forward int8
