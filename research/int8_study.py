@@ -28,7 +28,7 @@ import numpy as np
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import load_model_spec
-from onnxrank.export.quantize import Int8Settings, quantize_int8
+from onnxrank.export.quantize import Int8Settings, head_projections, quantize_int8
 from onnxrank.export.tasks import export_task
 from onnxrank.export.validate import (
     ValidationInputs,
@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_AND_EMBEDDINGS = ("Attention", "EmbedLayerNormalization")
 RECIPES = (
+    ("per-row, MatMulNBits 8-bit, block 32, head fp32 (unfused)", Int8Settings("per_row"), False),
+    ("per-row, MatMulNBits 8-bit, block 128, head fp32 (unfused)",
+     Int8Settings("per_row", block_size=128), False),
     ("dynamic, per-tensor, all ops (fused)", Int8Settings("dynamic", per_channel=False), True),
     ("dynamic, per-channel, all ops (fused)", Int8Settings("dynamic", per_channel=True), True),
     ("dynamic, per-tensor, all ops (unfused)", Int8Settings("dynamic", per_channel=False), False),
@@ -107,7 +110,9 @@ def study(model_dir: Path, *, threads: int, repeats: int, limit: int | None,
             out = Path(scratch) / f"int8_{index}.onnx"
             quantize_int8(fp32_path=model_dir / "model.onnx",
                           opt_path=model_dir / "model_opt.onnx" if fused else None,
-                          out_path=out, settings=settings, calibration=calibration)
+                          out_path=out, settings=settings, calibration=calibration,
+                          keep_fp32=dict.fromkeys(head_projections(model_dir / "model.onnx"), "head")
+                          if settings.method == "per_row" else None)
             outputs, speed, runner = _timed_outputs(out, inputs, threads, repeats, "int8")
             row = {"recipe": label, "size_mb": out.stat().st_size / 1e6, "pairs_per_s": speed,
                    **compare(inputs, reference, outputs)}

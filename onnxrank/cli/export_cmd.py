@@ -18,6 +18,7 @@ from onnxrank.export.fidelity import FidelityThresholds
 # are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
 # work without the export extra while the defaults below stay the library's own.
 from onnxrank.export.onnx import DEFAULT_OPSET
+from onnxrank.export.quantize import INT8_METHODS
 from onnxrank.export.recipes import BUILTIN_RECIPES
 from onnxrank.export.source import DEFAULT_REGISTRY
 from onnxrank.export.tasks import DEFAULT_MODEL
@@ -86,13 +87,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset")
     add_flag(export, "export", "--variants", default=",".join(VARIANT_NAMES),
              help="comma-separated variants to write")
-    add_flag(export, "export", "--int8-method", choices=("auto", "dynamic", "static"),
+    add_flag(export, "export", "--int8-method", choices=("auto", *INT8_METHODS),
              default="auto",
-             help="onnxruntime int8: auto tries dynamic per-channel on all ops, then with the "
-             "feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, then on "
+             help="onnxruntime int8: auto tries per_row (every encoder MatMul int8 with per-token "
+             "activation scales, the head fp32), then dynamic per-channel on all ops, then with "
+             "the feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, then on "
              "attention and embeddings only, keeping the first that meets the thresholds on the "
-             "tuning pairs; dynamic or static (QDQ calibrated on the calibration pairs) use "
-             "exactly that recipe on all ops; see docs/export.md")
+             "tuning pairs; per_row, dynamic or static (QDQ calibrated on the calibration pairs) "
+             "use exactly that recipe; see docs/export.md")
     add_flag(export, "export", "--int8-per-tensor", action="store_true", default=False,
              help="with --int8-method dynamic/static: one weight scale per tensor instead of per "
              "output channel")

@@ -54,6 +54,12 @@ PROBE_PAIRS = max(pairs for pairs, _ in PROBE_SHAPES)
 PROBE_ROUNDS = 3
 PROBE_RULE = "the geometric mean over shapes of each time relative to the fastest at that shape"
 CHOICE_CACHE_FILE = "runtime_choices.json"
+# precision="auto" leaves out a variant whose scores move with their batch mates by more than
+# this share of the score spread (issue #34 item 4): the read is gate_refusal's, the measurement
+# onnxrank.export.validate.batch_dependence's
+BATCH_DEPENDENCE_BOUND = 1e-3
+BATCH_DEPENDENCE_KEY = "batch_1_vs_64_max_abs_diff"
+SPREAD_KEY = "reference_std"
 # OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
 COMPILE_CACHE_DIR = "openvino"
 # Where model names are looked up (and `onnxrank export` writes) unless the caller says otherwise.
@@ -214,7 +220,7 @@ def load_model(spec: ModelSpec, model_dir: Path, *, config: EngineConfig, probe_
 def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineConfig,
              probe_rows: ProbeRows, choice_cache: Path | None) -> LoadedModel:
     threads = config.threads or usable_cpus()
-    candidates = choose_candidates(spec, device, config.backend, config.precision)
+    candidates, left_out = choose_candidates(spec, device, config.backend, config.precision)
     tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
     opener = _Opener(spec, model_dir, device, threads, compile_cache_root(config))
     if len(candidates) == 1:
@@ -225,17 +231,20 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
         runner = _choose_by_probe(spec, candidates, opener,
                                   lambda tokens: probe_rows(spec, tokenizer, tokens),
                                   choice_cache or default_choice_cache())
+    if left_out:
+        runner = runner.with_info(reason=f"{runner.info.reason}; left out: {'; '.join(left_out)}")
     return LoadedModel(spec, model_dir, runner, tokenizer)
 
 
 def choose_candidates(spec: ModelSpec, device: Device, backend: str,
-                      precision: str) -> list[Candidate]:
-    """The (backend, precision) pairs that may run `spec` on `device` for these settings.
+                      precision: str) -> tuple[list[Candidate], list[str]]:
+    """The (backend, precision) pairs that may run `spec` on `device` for these settings, and
+    why each one considered before them was left out ("backend/precision: reason").
 
     1. Explicit backend and precision: that one, or ValueError naming what can run.
     2. An ``auto`` setting: from every available backend, the first `auto_candidates` of its
-       `preference` that were exported and passed their fidelity gate; onnxruntime's CPU EP
-       needs nothing but the base install, so something always runs.
+       `preference` that were exported and pass `gate_refusal`; onnxruntime's CPU EP needs
+       nothing but the base install, so something always runs.
 
     Raises:
         ValueError: Unknown backend or precision, or nothing requested can run here.
@@ -253,8 +262,8 @@ def choose_candidates(spec: ModelSpec, device: Device, backend: str,
             if reason is None and variant not in spec.variants:
                 reason = f"variant {variant!r} was not exported (the model has: " \
                          f"{', '.join(spec.variants)})"
-            if reason is None and precision == "auto" and not passed_gate(spec, name, wanted):
-                reason = f"{name}/{wanted} has no passing fidelity record in the manifest"
+            if reason is None and precision == "auto":
+                reason = gate_refusal(spec, name, wanted)
             if reason is not None:
                 refusals.append(f"{name}/{wanted}: {reason}")
                 continue
@@ -268,25 +277,47 @@ def choose_candidates(spec: ModelSpec, device: Device, backend: str,
             f"precision={precision!r} on {device.value}: " + "; ".join(refusals)
             + f". Available backends: {', '.join(available_backends(device))}"
         )
-    return runnable
+    return runnable, refusals
 
 
-def passed_gate(spec: ModelSpec, backend: str, precision: str) -> bool:
-    """True when the export validated this way of running the model and it passed.
+def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
+    """Why ``precision="auto"`` must leave this way of running the model out; None if it may
+    choose it (an explicit precision is never refused for these reasons).
 
-    1. A precision that runs its variant's file as the export gated it: True, since a variant is
-       in the manifest only if it passed (the export refuses failing ones).
-    2. A precision with a record of its own (`Backend.gate_records`: OpenVINO bf16 on
-       model.onnx, the int8 IR with bf16 for the rest): that record under its variant's
-       ``fidelity`` must say ``passed``; a manifest without it was not validated that way.
+    1. A precision with a record of its own (`Backend.gate_records`: OpenVINO bf16 on
+       model.onnx, the int8 IR with bf16 for the rest) needs that record under its variant's
+       ``fidelity`` to say ``passed``; a manifest without it was not validated that way.
+    2. Its variant's scores may move with their batch mates by at most BATCH_DEPENDENCE_BOUND
+       times the score spread: the export records ``batch_1_vs_64_max_abs_diff`` (the largest
+       |score difference| between scoring each validation row alone and in batches of 64, in
+       score units) for every int8 file whose activation scales could follow the batch, and
+       ``reference_std`` (the PyTorch reference's score std on the tuning pairs) for every
+       variant. A variant without the batch record is batch-independent by construction
+       (fp32, opt, fp16, static int8) and passes; a batch record without a spread cannot be
+       judged and is refused. Rerank models only: an embedding model's record is in embedding
+       components, not in the units of its spread (similarities), so it is not gated.
     """
     runtime = BACKENDS[backend]
-    key = runtime.gate_records.get(precision)
-    if key is None:
-        return True
     variant = spec.variants.get(runtime.variants[precision])
-    record = variant.fidelity.get(key) if variant is not None else None
-    return isinstance(record, dict) and record.get("passed") is True
+    fidelity = variant.fidelity if variant is not None else {}
+    key = runtime.gate_records.get(precision)
+    record = fidelity.get(key) if key is not None else None
+    if key is not None and not (isinstance(record, dict) and record.get("passed") is True):
+        return f"{backend}/{precision} has no passing fidelity record in the manifest"
+    moved = fidelity.get(BATCH_DEPENDENCE_KEY)
+    if moved is None or spec.task != "rerank":
+        return None
+    spread = fidelity.get(SPREAD_KEY)
+    if not spread:
+        return (f"its scores move with their batch mates by up to {moved:.3g} "
+                f"({BATCH_DEPENDENCE_KEY}) and the manifest records no score spread "
+                f"({SPREAD_KEY}) to bound it by")
+    if moved > BATCH_DEPENDENCE_BOUND * spread:
+        return (f"its scores move with their batch mates by up to {moved:.3g} "
+                f"({BATCH_DEPENDENCE_KEY}), {moved / spread:.2g} x the score spread "
+                f"{spread:.3g}, above the bound of {BATCH_DEPENDENCE_BOUND:g} x the spread "
+                "(ask for it explicitly to run it)")
+    return None
 
 
 def available_backends(device: Device) -> list[str]:

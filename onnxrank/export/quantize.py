@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -11,8 +11,12 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.quantize_rows import quantize_per_row
 
 logger = logging.getLogger(__name__)
+
+# Int8Settings.method: per-token activation scales, per-batch ones, calibrated ones
+INT8_METHODS = ("per_row", "dynamic", "static")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +24,11 @@ class Int8Settings:
     """How model_int8.onnx is made (see DEFAULT_INT8_RECIPES and docs/export.md for the choice).
 
     Attributes:
-        method: ``"dynamic"`` (weights int8 offline, activation scales computed per batch at run
-            time) or ``"static"`` (QDQ with activation scales calibrated on the shipped
-            calibration pairs, never on validation pairs).
+        method: ``"per_row"`` (onnxruntime's MatMulNBits: int8 weights per block, activations
+            quantized at run time with one scale per block of each row; see
+            onnxrank.export.quantize_rows), ``"dynamic"`` (weights int8 offline, activation scales
+            computed per batch at run time) or ``"static"`` (QDQ with activation scales calibrated
+            on the shipped calibration pairs, never on validation pairs).
         per_channel: One weight scale per output channel instead of one per tensor.
         reduce_range: 7-bit weights. On CPUs without VNNI (AVX2) the u8 x s8 kernel adds pairs of
             products in int16 (vpmaddubsw), which saturates with full-range weights; the file is run
@@ -31,30 +37,49 @@ class Int8Settings:
         op_types: Operator types to quantize; None = onnxruntime's default list for the method.
         fp32_ffn_up_layers: Keep the feed-forward up-projection (the MatMul feeding the GELU) of
             this many top layers in fp32; 0 quantizes every layer's.
+        block_size: ``per_row`` only: inputs per weight scale and per activation scale (32 kept
+            the stand-in's scores batch-independent; 128 did not, docs/export.md).
+        search_fp32_groups: ``per_row`` only: when > 0, measure each encoder layer group's effect
+            on the gate and keep up to this many of the most sensitive groups in fp32
+            (onnxrank.export.sensitivity); 0 puts every encoder MatMul in int8.
     """
 
-    method: Literal["dynamic", "static"] = "dynamic"
+    method: Literal["per_row", "dynamic", "static"] = "dynamic"
     per_channel: bool = False
     reduce_range: bool = True
     op_types: tuple[str, ...] | None = None
     fp32_ffn_up_layers: int = 0
+    block_size: int = 32
+    search_fp32_groups: int = 0
 
     def __post_init__(self) -> None:
-        if self.method not in ("dynamic", "static"):
-            raise ValueError(f"int8 method must be 'dynamic' or 'static', got {self.method!r}")
+        if self.method not in INT8_METHODS:
+            raise ValueError(f"int8 method must be one of {', '.join(map(repr, INT8_METHODS))}, "
+                             f"got {self.method!r}")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two >= 16, got {self.block_size!r}")
         if not isinstance(self.fp32_ffn_up_layers, int) or self.fp32_ffn_up_layers < 0:
             raise ValueError(
                 f"fp32_ffn_up_layers must be an int >= 0, got {self.fp32_ffn_up_layers!r}"
             )
-        if self.method == "static" and self.fp32_ffn_up_layers:
+        if self.search_fp32_groups and self.method != "per_row":
+            raise ValueError("search_fp32_groups applies to the per_row method only, got "
+                             f"method={self.method!r}")
+        if self.method != "dynamic" and self.fp32_ffn_up_layers:
             raise ValueError(
                 "fp32_ffn_up_layers applies to dynamic quantization of the fused graph only, "
-                f"got method='static' with fp32_ffn_up_layers={self.fp32_ffn_up_layers}"
+                f"got method={self.method!r} with fp32_ffn_up_layers={self.fp32_ffn_up_layers}"
             )
 
 
 # Tried in order; the first whose int8 file meets the fidelity thresholds is kept.
-# 1. Every supported op, per-channel weights: ~4x smaller and the fastest (docs/export.md).
+# 0. Per-row: every encoder MatMul in int8 with per-token activation scales, the score head in
+#    fp32. On the stand-in it passes the gate where every dynamic rung with feed-forward int8
+#    fails, and a row's score no longer moves with its batch mates (docs/export.md). The dynamic
+#    rungs below are its fallback (a graph whose projections are not plain MatMuls).
+#    When it misses, the same with up to 3 of the most sensitive encoder layer groups in fp32,
+#    measured one group at a time (onnxrank.export.sensitivity).
+# 1. Every supported op, per-channel weights: ~4x smaller (docs/export.md).
 # 2. The same with the feed-forward up-projections of the top 1, 2, 3, 6, then 12 layers left in
 #    fp32: their input is a LayerNorm output whose few outlier channels set the per-batch int8
 #    scale, so they lose the most (measured one layer at a time on the stand-in; docs/export.md).
@@ -62,6 +87,8 @@ class Int8Settings:
 # 3. Only the fused Attention (QKV projections) and the embedding table in int8: the last resort.
 FFN_UP_FP32_LADDER = (1, 2, 3, 6, 12)
 DEFAULT_INT8_RECIPES = (
+    Int8Settings("per_row"),
+    Int8Settings("per_row", search_fp32_groups=3),
     Int8Settings("dynamic", per_channel=True),
     *(Int8Settings("dynamic", per_channel=True, fp32_ffn_up_layers=layers)
       for layers in FFN_UP_FP32_LADDER),
@@ -180,10 +207,11 @@ def quantize_int8(
     out_path: Path,
     settings: Int8Settings,
     calibration: Iterable[dict[str, np.ndarray]] | None = None,
-    keep_fp32: Sequence[str] = (),
+    keep_fp32: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Write the int8 variant and return the manifest's ``quantization`` entry.
 
+    0. Per-row: MatMulNBits on the plain fp32 graph (onnxrank.export.quantize_rows).
     1. Dynamic: quantizes the fused graph (`opt_path`) when given, so fused Attention becomes
        QAttention; else the plain fp32 graph. The top `fp32_ffn_up_layers` feed-forward
        up-projections stay fp32 (see ffn_up_projections).
@@ -196,11 +224,16 @@ def quantize_int8(
         out_path: Target file.
         settings: Method and granularity.
         calibration: Input batches (name -> int64 array) for static calibration.
-        keep_fp32: Nodes left in fp32 whatever the settings (a decoder's score head).
+        keep_fp32: Node name -> why it stays fp32 whatever the settings (a decoder's score head;
+            per_row: a cross-encoder's head too).
 
     Raises:
         ValueError: Static quantization without calibration batches.
     """
+    keep_fp32 = dict(keep_fp32 or {})
+    if settings.method == "per_row":
+        return quantize_per_row(fp32_path, out_path, block_size=settings.block_size,
+                                keep_fp32=keep_fp32)
     quantization = require("onnxruntime.quantization", extra="export")
     if settings.method == "dynamic":
         source = opt_path if opt_path is not None else fp32_path

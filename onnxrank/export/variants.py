@@ -19,12 +19,13 @@ from onnxrank.export.context import BuiltVariant, ExportContext
 from onnxrank.export.gate import bf16_record, gate_on_thresholds, validate_file
 from onnxrank.export.ladder import Rung, run_ladder
 from onnxrank.export.optimize import convert_fp16, optimize_transformer
-from onnxrank.export.quantize import distinct_recipes, quantize_int8
+from onnxrank.export.quantize import distinct_recipes, head_projections, quantize_int8
 from onnxrank.export.quantize_openvino import (
     compress_openvino_int8_weights,
     distinct_ov_recipes,
     quantize_openvino_int8,
 )
+from onnxrank.export.sensitivity import search_per_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +85,22 @@ def int8_rungs(context: ExportContext) -> list[Rung]:
         write_opt(context)  # the dynamic recipes quantize the fused graph when there is one
     opt_path = paths["opt"] if paths["opt"].is_file() else None
     batches = [context.graph_feeds(feeds) for feeds in context.calibration.padded_batches()]
-    keep_fp32 = context.family.fp32_nodes(paths["fp32"])
-    return [Rung(recipe, partial(quantize_int8, fp32_path=paths["fp32"], opt_path=opt_path,
-                                 out_path=paths["int8"], settings=recipe,
-                                 calibration=batches if recipe.method == "static" else None,
-                                 keep_fp32=keep_fp32),
-                 # dynamic scales follow each batch; static ones do not
-                 batch_dependent=recipe.method == "dynamic")
+    family_fp32 = dict.fromkeys(context.family.fp32_nodes(paths["fp32"]),
+                                f"the {context.family.name} family keeps it fp32 (score head)")
+    # a cross-encoder's head turns small [CLS] differences into the score: per-row int8 keeps it
+    # fp32 (a pair's one row; its FLOPs are a rounding error next to the encoder's)
+    head = dict.fromkeys(head_projections(paths["fp32"]) if context.task.has_head else [],
+                         "classification head: its int8 rounding moves the score itself")
+    return [Rung(recipe, partial(search_per_row, context, recipe, {**head, **family_fp32})
+                 if recipe.search_fp32_groups else
+                 partial(quantize_int8, fp32_path=paths["fp32"], opt_path=opt_path,
+                         out_path=paths["int8"], settings=recipe,
+                         calibration=batches if recipe.method == "static" else None,
+                         keep_fp32={**head, **family_fp32} if recipe.method == "per_row"
+                         else family_fp32),
+                 # dynamic scales follow each batch, static ones do not; per-row ones should
+                 # not either, and the gate checks it (batch_1_vs_64_max_abs_diff)
+                 batch_dependent=recipe.method != "static")
             for recipe in recipes]
 
 

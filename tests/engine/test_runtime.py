@@ -20,9 +20,9 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import (
     choose_candidates,
+    gate_refusal,
     load_model,
     pad_rows,
-    passed_gate,
     probe_choice,
     resolve_model_dir,
 )
@@ -34,7 +34,7 @@ PAIRS = [("wing flutter", "flutter of a wing in a slipstream"), ("heat", "heat t
 
 
 def labels(spec, backend: str = "auto", precision: str = "auto") -> list[str]:  # noqa: ANN001
-    return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)]
+    return [c.label for c in choose_candidates(spec, Device.CPU, backend, precision)[0]]
 
 
 def manifest_copy(model_dir: Path, tmp_path: Path, *, ov_int8: bool, bf16_passed: bool | None,
@@ -71,6 +71,7 @@ def test_openvino_f32_matches_onnxruntime_fp32(tiny_model_dir: Path) -> None:
 def test_openvino_missing(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
     spec = load_model_spec(tiny_model_dir)
+    # the tiny int8 file is per-row int8: its scores do not move with their batch mates
     assert labels(spec) == ["onnxruntime/int8"]
     with pytest.raises(ValueError, match=re.escape(
         "nothing can run model 'tiny-reranker' with backend='openvino', precision='fp32' on cpu: "
@@ -218,7 +219,7 @@ def test_a_stall_of_the_machine_does_not_decide_the_probe(
     loaded = _load(tiny_model_dir, config=EngineConfig(device="cpu", threads=1),
                         choice_cache=tmp_path / "choices.json")
     assert stalls == [0]
-    assert (loaded.runner.info.backend, loaded.runner.info.precision) == ("onnxruntime", "int8")
+    assert (loaded.runner.info.backend, loaded.runner.info.variant) == ("onnxruntime", "int8")
     assert "best of 3 interleaved rounds" in loaded.runner.info.reason
 
 
@@ -289,7 +290,7 @@ def test_int8_with_bf16_needs_the_cpu_and_its_own_passing_record(
                                            int8_bf16_passed=True))
     # the gate read is exactly variants.ov_int8.fidelity.openvino_int8_bf16
     assert passed.variants["ov_int8"].fidelity[INT8_BF16_FIDELITY_KEY]["passed"] is True
-    assert passed_gate(passed, "openvino", "int8+bf16")
+    assert gate_refusal(passed, "openvino", "int8+bf16") is None
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "INT8"])
     assert labels(passed) == ["onnxruntime/int8", "openvino/int8", "openvino/fp32"]
     with pytest.raises(ValueError, match=re.escape(
@@ -304,7 +305,7 @@ def test_int8_with_bf16_needs_the_cpu_and_its_own_passing_record(
     for record in (False, None):  # failed, or a manifest written before this gate existed
         spec = load_model_spec(manifest_copy(tiny_model_dir, tmp_path, ov_int8=True,
                                              bf16_passed=True, int8_bf16_passed=record))
-        assert not passed_gate(spec, "openvino", "int8+bf16")
+        assert gate_refusal(spec, "openvino", "int8+bf16") is not None
         assert "openvino/int8+bf16" not in labels(spec)
         assert labels(spec, "openvino", "int8+bf16") == ["openvino/int8+bf16"]  # asked for
 
@@ -317,7 +318,7 @@ def test_a_record_elsewhere_is_not_the_int8_bf16_gate(tiny_model_dir: Path, tmp_
     data["variants"]["ov_int8"]["fidelity"][INT8_BF16_FIDELITY_KEY] = {
         "validated": False, "passed": False, "reason": "this CPU has no native bf16"}
     (directory / "manifest.json").write_text(json.dumps(data))
-    assert not passed_gate(load_model_spec(directory), "openvino", "int8+bf16")
+    assert gate_refusal(load_model_spec(directory), "openvino", "int8+bf16") is not None
 
 
 def test_int8_with_bf16_runs_the_int8_file_when_asked(

@@ -59,6 +59,8 @@ def test_bad_max_length_and_task_are_reported(
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
+    (["--int8-method", "per_row"],
+     {"method": "per_row", "block_size": 32, "source_variant": "fp32"}),
     (["--int8-method", "dynamic"],
      {"method": "dynamic", "per_channel": True, "source_variant": "opt"}),
     (["--int8-method", "dynamic", "--int8-per-tensor"],

@@ -122,10 +122,16 @@ def test_manifest_records_sources_hashes_and_fusions(
         "EmbedLayerNormalization": 1, "Gelu": 0, "FastGelu": 0, "BiasGelu": 2,
     }
     quantization = spec.variants["int8"].quantization
-    assert (quantization["method"], quantization["per_channel"]) == ("dynamic", True)
+    # per-row int8 passes first: every encoder MatMul int8, the head (pooler, classifier) fp32
+    assert (quantization["method"], quantization["block_size"]) == ("per_row", 32)
+    assert [attempt["method"] for attempt in quantization["attempts"]] == ["per_row"]
     assert quantization["attempts"][-1]["passed_on_tuning"] is True
-    assert quantization["quantized_nodes"] > 0  # an int8 file that is int8
-    assert "batch_1_vs_64_max_abs_diff" in spec.variants["int8"].fidelity
+    assert quantization["quantized_nodes"] == 12  # 2 layers x (q, k, v, output, up, down)
+    assert set(quantization["nodes_kept_fp32"]) == {"/model/bert/pooler/dense/Gemm",
+                                                    "/model/classifier/Gemm"}
+    assert quantization["int8_gemm_flops_share"]["share"] >= 0.6
+    assert spec.variants["int8"].fidelity["batch_1_vs_64_max_abs_diff"] <= (
+        1e-3 * spec.variants["int8"].fidelity["reference_std"])
     ov_int8 = spec.variants["ov_int8"]
     assert (ov_int8.file, list(ov_int8.extra_files)) == ("model_ov_int8.xml", ["model_ov_int8.bin"])
     assert ov_int8.extra_files["model_ov_int8.bin"] == sha256_file(tiny_model_dir / "model_ov_int8.bin")
@@ -142,8 +148,9 @@ def test_manifest_records_sources_hashes_and_fusions(
     assert not (tiny_model_dir / ".scratch").exists()
 
 
-def test_ov_int8_scores_do_not_depend_on_batch_mates(tiny_model_dir: Path) -> None:
-    """Static scales: a row scores the same alone and padded into a batch (dynamic int8 does not)."""
+def test_int8_scores_do_not_depend_on_batch_mates(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Static scales (ov_int8) and per-row ones (int8): a row scores the same alone and padded into
+    a batch (dynamic int8's per-batch scales do not)."""
     spec = load_model_spec(tiny_model_dir)
     rows = PairEncoder(load_tokenizer(spec, tiny_model_dir), spec.max_length).encode(_pairs()[:24])
     from onnxrank.engine.runtime import pad_rows
@@ -154,7 +161,17 @@ def test_ov_int8_scores_do_not_depend_on_batch_mates(tiny_model_dir: Path) -> No
     together = static.run(pad_rows(rows, spec.pad_token_id))[:, 0]
     np.testing.assert_allclose(together, alone, atol=1e-4, rtol=0,
                                err_msg="tiny model ov_int8: batch of 24 vs one row at a time")
-    dynamic = open_model_file(tiny_model_dir / "model_int8.onnx", precision="int8", threads=1)
+    # per-row int8 (model_int8.onnx) scales each token on its own: no batch effect either
+    per_row = open_model_file(tiny_model_dir / "model_int8.onnx", precision="int8", threads=1)
+    alone = np.array([per_row.run(pad_rows([row], spec.pad_token_id))[0, 0] for row in rows])
+    together = per_row.run(pad_rows(rows, spec.pad_token_id))[:, 0]
+    np.testing.assert_allclose(together, alone, atol=1e-4, rtol=0,
+                               err_msg="tiny model per-row int8: batch of 24 vs one row at a time")
+    from onnxrank.export.quantize import Int8Settings, quantize_int8
+
+    quantize_int8(fp32_path=tiny_model_dir / "model.onnx", opt_path=tiny_model_dir / "model_opt.onnx",
+                  out_path=tmp_path / "dynamic.onnx", settings=Int8Settings("dynamic", per_channel=True))
+    dynamic = open_model_file(tmp_path / "dynamic.onnx", precision="int8", threads=1)
     alone = np.array([dynamic.run(pad_rows([row], spec.pad_token_id))[0, 0] for row in rows])
     together = dynamic.run(pad_rows(rows, spec.pad_token_id))[:, 0]
     assert np.abs(together - alone).max() > 1e-3, "dynamic int8 should depend on its batch mates"
@@ -534,8 +551,14 @@ def test_int8_ladder_keeps_the_top_ffn_up_projections_fp32(tiny_model_dir: Path,
     with pytest.raises(ValueError, match=re.escape("fp32_ffn_up_layers must be an int >= 0, got -1")):
         Int8Settings("dynamic", fp32_ffn_up_layers=-1)
     # on a 2-layer model the ladder's 2, 3, 6 and 12 fp32 layers all make the same file: tried once
-    assert [recipe.fp32_ffn_up_layers for recipe in distinct_recipes(DEFAULT_INT8_RECIPES, layers=2)
-            ] == [0, 1, 2, 0]
+    assert [(recipe.method, recipe.fp32_ffn_up_layers)
+            for recipe in distinct_recipes(DEFAULT_INT8_RECIPES, layers=2)] == [
+        ("per_row", 0), ("per_row", 0), ("dynamic", 0), ("dynamic", 1), ("dynamic", 2),
+        ("dynamic", 0)]
+    assert [recipe.search_fp32_groups for recipe in DEFAULT_INT8_RECIPES[:2]] == [0, 3]
+    with pytest.raises(ValueError, match=re.escape(
+            "search_fp32_groups applies to the per_row method only, got method='dynamic'")):
+        Int8Settings("dynamic", search_fp32_groups=1)
     assert distinct_recipes(DEFAULT_INT8_RECIPES, layers=12) == DEFAULT_INT8_RECIPES
 
 

@@ -44,3 +44,19 @@ def test_a_recipe_that_quantizes_nothing_is_recorded_not_kept(modernbert_checkpo
     assert [name.split("/")[-2:] for name in names[:2]] == [["Wi", "MatMul"]] * 2
     assert ".0/" in names[0] and ".1/" in names[1] and "head" in names[2] and len(names) == 3
     assert quantized_nodes(tmp_path / "m" / "model.onnx") == 0
+
+
+def test_per_row_int8_passes_the_default_gate_on_modernbert(modernbert_checkpoint: Path,
+                                                            tmp_path: Path) -> None:
+    # dynamic int8 found no passing rung on ModernBERT (issue 34); per-token scales do, with the
+    # head (dense MatMul, classifier Gemm) in fp32 and no batch effect
+    result = in_child_process(export_model, ExportRequest(
+        model=str(modernbert_checkpoint), out_dir=tmp_path / "m", variants=("fp32", "int8"),
+        int8=(Int8Settings("per_row"),), validation_pairs=48))
+    assert "int8" not in result.spec.failed_variants
+    variant = result.spec.variants["int8"]
+    assert variant.quantization["method"] == "per_row"
+    assert set(variant.quantization["nodes_kept_fp32"]) == {"/model/head/dense/MatMul",
+                                                           "/model/classifier/Gemm"}
+    assert variant.quantization["int8_gemm_flops_share"]["share"] >= 0.6
+    assert variant.fidelity["batch_1_vs_64_max_abs_diff"] <= 1e-3 * variant.fidelity["reference_std"]

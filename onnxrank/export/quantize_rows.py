@@ -1,0 +1,153 @@
+"""Per-row int8 (the int8 ladder's first method): onnxruntime's MatMulNBits with 8-bit weights.
+
+Every weight MatMul of the plain fp32 graph becomes a com.microsoft MatMulNBits node with
+``bits=8`` and ``accuracy_level=4``: its weights are int8 with one scale per block of
+`block_size` inputs of each output channel, and onnxruntime's CPU kernel quantizes the activations
+to int8 at run time with one scale per block of each row (per token), then multiplies in int8.
+A scale per row instead of dynamic int8's one scale per batch is what keeps a LayerNorm output's
+few outlier channels from flattening every other token, and it makes a row's score independent
+of its batch mates (docs/export.md has the measurements).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxrank._optional import require
+
+logger = logging.getLogger(__name__)
+
+BITS = 8
+# 4 = int8 compute: activations quantized per block of each row at run time
+ACCURACY_LEVEL = 4
+# the sequence length at which the manifest states the int8 share of a pair's GEMM FLOPs (the
+# probe's shape)
+FLOP_SHARE_TOKENS = 128
+
+
+def int8_blocks(weight: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A ``[K, N]`` weight as MatMulNBits' 8-bit blocks and their scales (symmetric).
+
+    Returns:
+        ``[N, blocks, block_size]`` uint8 (the int8 value + 128, MatMulNBits' default zero point
+        for 8 bits) and ``[N * blocks]`` float32 scales; K is zero-padded to whole blocks.
+    """
+    inputs, outputs = weight.shape
+    blocks = -(-inputs // block_size)
+    padded = np.zeros((outputs, blocks * block_size), np.float32)
+    padded[:, :inputs] = weight.T
+    grouped = padded.reshape(outputs, blocks, block_size)
+    scales = np.abs(grouped).max(axis=2) / 127.0
+    scales[scales == 0] = 1.0
+    values = np.clip(np.rint(grouped / scales[..., None]), -127, 127) + 128
+    return values.astype(np.uint8), scales.astype(np.float32).reshape(-1)
+
+
+@dataclass
+class GemmFlops:
+    """A pair's GEMM FLOPs as the graph is read, and the part of them that per-row int8 runs."""
+
+    per_token: float = 0.0  # weight MatMuls
+    per_pair: float = 0.0  # weight Gemms (a head)
+    activation_products: int = 0  # attention's scores and context MatMuls
+    hidden: int = 0  # the first weight MatMul's input width
+    int8_per_token: float = 0.0
+
+    def add(self, op_type: str, weight: list[int] | None) -> None:
+        if op_type not in ("MatMul", "Gemm"):
+            return
+        if weight is None:
+            self.activation_products += op_type == "MatMul"
+            return
+        self.hidden = self.hidden or int(weight[0])
+        flops = 2.0 * float(np.prod(weight))
+        if op_type == "MatMul":
+            self.per_token += flops
+        else:
+            self.per_pair += flops
+
+    def int8_share(self, tokens: int) -> float:
+        total = (self.per_pair + self.per_token * tokens
+                 + self.activation_products * 2.0 * tokens * tokens * self.hidden)
+        return self.int8_per_token * tokens / total if total else 0.0
+
+
+def quantize_per_row(fp32_path: Path, out_path: Path, *, block_size: int,
+                     keep_fp32: Mapping[str, str]) -> dict[str, Any]:
+    """Write the per-row int8 graph of `fp32_path` and return the manifest's ``quantization``.
+
+    Args:
+        fp32_path: The plain fp32 export (every projection a visible MatMul).
+        out_path: Target file.
+        block_size: Inputs per weight and activation scale (a power of two, at least 16).
+        keep_fp32: Node name -> why it stays fp32 (the score head, a family's own nodes).
+
+    Returns:
+        The record: method, kernel, block size, every weight GEMM left in fp32 with its reason,
+        and the int8 share of a pair's GEMM FLOPs.
+    """
+    onnx = require("onnx", extra="export")
+    numpy_helper = require("onnx.numpy_helper", extra="export")
+    model = onnx.load(str(fp32_path))
+    graph = model.graph
+    weights = {tensor.name: tensor for tensor in graph.initializer}
+    kept: dict[str, str] = {}
+    flops = GemmFlops()
+    nodes = []
+    for node in graph.node:
+        weight = weights.get(node.input[1]) if node.op_type in ("MatMul", "Gemm") else None
+        flops.add(node.op_type, None if weight is None else list(weight.dims))
+        if weight is None:
+            nodes.append(node)
+            continue
+        if node.name in keep_fp32 or node.op_type == "Gemm" or len(weight.dims) != 2:
+            kept[node.name] = keep_fp32.get(node.name) or (
+                "a Gemm (once per pair, with its bias): MatMulNBits replaces MatMul only"
+                if node.op_type == "Gemm" else f"a {len(weight.dims)}-d weight")
+            nodes.append(node)
+            continue
+        values, scales = int8_blocks(numpy_helper.to_array(weight).astype(np.float32), block_size)
+        packed = numpy_helper.from_array(values, f"{weight.name}_int8")
+        scale = numpy_helper.from_array(scales, f"{weight.name}_scales")
+        graph.initializer.extend([packed, scale])
+        inputs, outputs = weight.dims
+        nodes.append(onnx.helper.make_node(
+            "MatMulNBits", [node.input[0], packed.name, scale.name], list(node.output),
+            name=node.name, domain="com.microsoft", K=inputs, N=outputs, bits=BITS,
+            block_size=block_size, accuracy_level=ACCURACY_LEVEL))
+        flops.int8_per_token += 2.0 * inputs * outputs
+    still_used = {name for node in nodes for name in node.input}
+    remaining = [tensor for tensor in graph.initializer if tensor.name in still_used]
+    del graph.initializer[:]
+    graph.initializer.extend(remaining)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    onnx.save(model, str(out_path))
+    converted = sum(node.op_type == "MatMulNBits" for node in nodes)
+    logger.info("per-row int8: %d MatMuls -> MatMulNBits, %d kept fp32", converted, len(kept))
+    return {
+        "method": "per_row",
+        "kernel": f"com.microsoft MatMulNBits (bits={BITS}, accuracy_level={ACCURACY_LEVEL}: "
+                  "int8 compute)",
+        "weight_type": f"int8, symmetric, one scale per {block_size} inputs of each output channel",
+        "activation_type": f"int8, dynamic, one scale per {block_size} values of each row "
+                           "(per token)",
+        "block_size": block_size,
+        "source_variant": "fp32",
+        "quantized_nodes": converted,
+        "nodes_kept_fp32": kept,
+        "int8_gemm_flops_share": {
+            "tokens": FLOP_SHARE_TOKENS, "share": round(flops.int8_share(FLOP_SHARE_TOKENS), 4),
+            "counted_as": "onnxrank.bench.flops counts them: weight MatMuls per token, weight "
+                          "Gemms per pair, attention's activation products (fp32) "
+                          "2 x tokens^2 x hidden each",
+        },
+    }

@@ -1,0 +1,102 @@
+"""Per-row int8 (MatMulNBits, one activation scale per token) on the tiny reranker: which nodes
+turn int8, the manifest's record, fidelity against the fp32 graph and batch independence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxrank.engine.runtime import open_model_file, pad_rows
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
+from onnxrank.export.fidelity import score_metrics
+from onnxrank.export.quantize import Int8Settings, head_projections, quantize_int8
+from onnxrank.export.validate import load_validation_pairs
+
+ROWS = 64
+
+
+@pytest.fixture(scope="module")
+def per_row(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    fp32 = tiny_model_dir / "model.onnx"
+    out = tmp_path_factory.mktemp("per-row") / "int8.onnx"
+    record = quantize_int8(fp32_path=fp32, opt_path=None, out_path=out,
+                           settings=Int8Settings("per_row", block_size=32),
+                           keep_fp32=dict.fromkeys(head_projections(fp32), "head"))
+    return out, record
+
+
+def _scores(path: Path, rows: list, pad_id: int, *, batch: int) -> np.ndarray:
+    runner = open_model_file(path, precision="int8" if "int8" in path.name else "fp32", threads=1)
+    return np.concatenate([runner.run(pad_rows(rows[start:start + batch], pad_id))[:, 0]
+                           for start in range(0, len(rows), batch)])
+
+
+def test_every_encoder_matmul_is_int8_and_the_record_says_what_stayed_fp32(
+        tiny_model_dir: Path, per_row: tuple[Path, dict]) -> None:
+    out, record = per_row
+    fp32_graph = onnx.load(str(tiny_model_dir / "model.onnx"), load_external_data=False).graph
+    weights = {tensor.name for tensor in fp32_graph.initializer}
+    weight_matmuls = {node.name for node in fp32_graph.node
+                      if node.op_type == "MatMul" and node.input[1] in weights}
+    nodes = {node.name: node for node in onnx.load(str(out)).graph.node}
+    assert {name for name, node in nodes.items() if node.op_type == "MatMulNBits"} == weight_matmuls
+    for name in weight_matmuls:
+        attributes = {attribute.name: onnx.helper.get_attribute_value(attribute)
+                      for attribute in nodes[name].attribute}
+        assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (8, 32, 4)
+    assert record["quantized_nodes"] == len(weight_matmuls)
+    assert record["nodes_kept_fp32"] == {"/model/bert/pooler/dense/Gemm": "head",
+                                         "/model/classifier/Gemm": "head"}
+    assert all(nodes[name].op_type == "Gemm" for name in record["nodes_kept_fp32"])
+    share = record["int8_gemm_flops_share"]
+    assert share["tokens"] == 128 and 0.6 <= share["share"] < 1.0
+
+
+def test_scores_follow_fp32_and_not_the_batch_mates(tiny_model_dir: Path,
+                                                    per_row: tuple[Path, dict]) -> None:
+    spec = load_model_spec(tiny_model_dir)
+    pairs = load_validation_pairs(ROWS)
+    rows = PairEncoder(load_tokenizer(spec, tiny_model_dir), spec.max_length).encode(
+        [(pair.query, pair.passage) for pair in pairs])
+    assert len({len(row.ids) for row in rows}) > 20  # mixed lengths, padded together below
+    out, _ = per_row
+    reference = _scores(tiny_model_dir / "model.onnx", rows, spec.pad_token_id, batch=ROWS)
+    alone = _scores(out, rows, spec.pad_token_id, batch=1)
+    together = _scores(out, rows, spec.pad_token_id, batch=ROWS)
+    effect = float(np.abs(alone - together).max())
+    assert effect <= 1e-3 * reference.std(), f"batch effect {effect:.2e}, std {reference.std():.3f}"
+    metrics = score_metrics(reference, together, [pair.group for pair in pairs])
+    # the gate's own metrics, at the export's int8 floors (0.98 per query, top-10 0.9)
+    assert metrics["spearman_per_query_mean"] >= 0.98, metrics
+    assert metrics["top10_overlap"] >= 0.9, metrics
+    # and it is int8: not the fp32 scores to float rounding
+    assert np.abs(together - reference).max() > 1e-5
+
+
+def test_a_missed_gate_measures_each_layer_group_and_keeps_the_most_sensitive_fp32(
+        tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
+    from child_process import in_child_process
+
+    from onnxrank.export.fidelity import FidelityThresholds
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    # a per-query floor of 1.0 only fp32 meets: the search measures both layers, keeps one fp32
+    result = in_child_process(export_model, ExportRequest(
+        model=str(tiny_checkpoint_dir), out_dir=tmp_path / "m", variants=("fp32", "int8"),
+        int8=(Int8Settings("per_row", search_fp32_groups=1),), validation_pairs=16,
+        thresholds=FidelityThresholds(int8_min_spearman_per_query=1.0)))
+    failed = result.spec.failed_variants["int8"]
+    (attempt,) = failed["attempts"]
+    table = attempt["sensitivity"]["groups"]
+    assert [(row["group"], row["nodes"]) for row in table] == [(0, 6), (1, 6)]
+    most_sensitive = max(table, key=lambda row: row["spearman_per_query_mean"])["group"]
+    layer_kept = {name: why for name, why in attempt["nodes_kept_fp32"].items()
+                  if why.startswith("sensitivity search")}
+    assert len(layer_kept) == 6
+    assert set(layer_kept.values()) == {f"sensitivity search: layer group {most_sensitive} fp32"}
+    assert all(f"layer.{most_sensitive}/" in name for name in layer_kept)
+    assert attempt["quantized_nodes"] == 6  # the other group stayed int8
