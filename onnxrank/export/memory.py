@@ -4,9 +4,8 @@ minutes later (an OOM kill cannot be caught: it takes every finished variant wit
 
 The estimate counts the checkpoint's weights without allocating them (the model built on
 PyTorch's ``meta`` device from its config) and scales them by what an export holds at its peak:
-the PyTorch model in fp32, the traced graph and its serialised copy, the OpenVINO model that
-validates it. `PEAK_PER_WEIGHT_BYTE` and `PEAK_BASE_BYTES` are measured, not guessed (see
-docs/export.md, "Memory").
+the PyTorch model in fp32, the traced graph and its serialised copy, the OpenVINO models that
+compress and validate it. `PEAK_PER_WEIGHT_BYTE` is measured, not guessed.
 """
 
 from __future__ import annotations
@@ -17,10 +16,12 @@ from typing import Any
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
 
-# Peak resident bytes of an export per byte of fp32 weights, and the export's fixed cost
-# (interpreter, torch, onnxruntime, OpenVINO, the tokenizer): fitted on the stand-in exports of
-# docs/export.md "Memory" (MiniLM-L6 shape and Qwen3-0.6B shape, every default variant).
-PEAK_PER_WEIGHT_BYTE = 3.0
+# Peak resident bytes of an export per byte of fp32 weights, above a fixed cost (interpreter,
+# torch, onnxruntime, OpenVINO, the tokenizer): the Qwen3-0.6B-shaped stand-in's export peaked at
+# 12.2 GiB for 2.2 GiB of fp32 weights (docs/export.md, "Memory"). Small models' peaks are mostly
+# the fixed cost (the MiniLM stand-in: 5.0 GB), so for them this is a lower bound, which is all a
+# check that refuses must be.
+PEAK_PER_WEIGHT_BYTE = 4.6
 PEAK_BASE_BYTES = 2 * 2**30
 GIB = 2**30
 
