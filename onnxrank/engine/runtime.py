@@ -290,11 +290,14 @@ def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
     2. Its variant's scores may move with their batch mates by at most BATCH_DEPENDENCE_BOUND
        times the score spread: the export records ``batch_1_vs_64_max_abs_diff`` (the largest
        |score difference| between scoring each validation row alone and in batches of 64, in
-       score units) for every int8 file whose activation scales could follow the batch, and
-       ``reference_std`` (the PyTorch reference's score std on the tuning pairs) for every
-       variant. A variant without the batch record is batch-independent by construction
-       (fp32, opt, fp16, static int8) and passes; a batch record without a spread cannot be
-       judged and is refused. Rerank models only: an embedding model's record is in embedding
+       score units) for every int8 file whose activation scales are computed at run time
+       (dynamic per batch, or per row), and ``reference_std`` (the PyTorch reference's score
+       std on the tuning pairs) for every variant; a batch record without a spread cannot be
+       judged and is refused. Files with fixed scales (fp32, opt, fp16, OpenVINO's static or
+       weight-only int8) carry no record: what still moves their scores with the padded batch
+       shape is float rounding, small in fp32 and up to 0.06 x the spread in OpenVINO's bf16
+       (research/batch_dependence.py on the stand-in), which the fidelity gate judges.
+       Rerank models only: an embedding model's record is in embedding
        components, not in the units of its spread (similarities), so it is not gated.
     """
     runtime = BACKENDS[backend]

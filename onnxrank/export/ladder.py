@@ -31,13 +31,14 @@ class Rung:
         quantize: Writes the variant's file and returns its ``quantization`` record; a record with
             ``quantized_nodes`` 0 means the recipe's operators are absent from the graph (the
             file is still fp32) and the rung is skipped.
-        batch_dependent: Measure how much a row's score depends on its batch mates on the kept
-            file (``batch_1_vs_64_max_abs_diff``).
+        batch_dependent: The file's activation scales are computed per batch or per row at run
+            time: measure how much a row's score depends on its batch mates on the kept file
+            (``batch_1_vs_64_max_abs_diff``), which precision="auto" bounds.
     """
 
     recipe: Any
     quantize: Callable[[], dict[str, Any]]
-    batch_dependent: bool = True
+    batch_dependent: bool
 
 
 def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> BuiltVariant:

@@ -113,10 +113,13 @@ def ov_int8_rungs(context: ExportContext) -> list[Rung]:
     """The OpenVINO int8 ladder (NNCF, calibrated one row per item)."""
     items = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
     recipes = distinct_ov_recipes(context.ov_int8, task=context.task, layers=context.layers)
-    # static scales: a row's score should not depend on its batch mates; measured, not assumed
+    # static scales do not follow the batch; what still moves with the padded shape is float
+    # rounding, as in OpenVINO's bf16 on model.onnx, which the fidelity gate judges
+    # (onnxrank.engine.runtime.gate_refusal)
     return [Rung(recipe, partial(quantize_openvino_int8, fp32_path=context.paths["fp32"],
                                  out_path=context.paths["ov_int8"], settings=recipe,
-                                 calibration=items, layers=context.layers))
+                                 calibration=items, layers=context.layers),
+                 batch_dependent=False)
             for recipe in recipes]
 
 

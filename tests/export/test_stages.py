@@ -84,7 +84,8 @@ def test_the_ladder_stops_at_the_first_rung_that_passes(monkeypatch: pytest.Monk
 def test_a_last_rung_that_quantizes_nothing_fails_with_every_attempt(
         monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_validation(monkeypatch, [0.5])
-    rungs = [Rung("a", lambda: {"quantized_nodes": 2}), Rung("b", lambda: {"quantized_nodes": 0})]
+    rungs = [Rung("a", lambda: {"quantized_nodes": 2}, batch_dependent=True),
+             Rung("b", lambda: {"quantized_nodes": 0}, batch_dependent=True)]
     with pytest.raises(VariantFailed) as failure:
         run_ladder(_context(), "int8", rungs)
     entry = failure.value.entry
