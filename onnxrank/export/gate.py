@@ -7,18 +7,32 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from onnxrank.engine.batching import plan_batches
+from onnxrank.engine.execution import RowPlan, run_in_order
+from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
-from onnxrank.export.validate import HELD_OUT, compare, run_batches, threshold_failures
+from onnxrank.export.validate import (
+    BATCH_SIZE,
+    HELD_OUT,
+    compare,
+    run_batches,
+    threshold_failures,
+)
 
 if TYPE_CHECKING:
     from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
+# a prefix graph's scores may differ from its variant's whole-row graph by this share of the
+# whole-row scores' standard deviation on the validation rows (float rounding only)
+PREFIX_TOLERANCE = 1e-4
 # the metrics of a ladder's attempt that its manifest record keeps
 ATTEMPT_METRICS = ("spearman", "spearman_per_query_mean", "top10_overlap", "top10_overlap_min",
                    "max_abs_diff", "cosine_min")
@@ -105,3 +119,45 @@ def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThreshold
     """The manifest's ``thresholds`` of a fidelity record: metric -> "<= 0.01" / ">= 0.98"."""
     return {metric: f"{direction} {threshold:g}"
             for metric, direction, threshold, _ in task.threshold_checks(thresholds, variant)}
+
+
+def gate_prefix_graph(context: ExportContext, variant: str, path: Path) -> dict[str, Any]:
+    """A prefix graph against its variant's whole-row graph, on the validation rows grouped by
+    query as the engine groups them (onnxrank.engine.prefix): the record for its manifest entry.
+
+    ``passed`` when the largest score difference is at most PREFIX_TOLERANCE x the whole-row
+    scores' standard deviation; ``vs_pytorch`` holds the usual fidelity metrics against the
+    reference.
+
+    Raises:
+        ModelLoadError, InferenceError: A graph could not be opened or run.
+    """
+    facts = VARIANTS[variant]
+    backend, precision = facts.runs_as[0].backend, facts.runs_as[0].precision
+    inputs = context.inputs
+    whole_graph = open_model_file(context.paths[variant], backend=backend, precision=precision)
+    prefix_graph = open_model_file(path, backend=backend, precision=precision)
+    whole = run_batches(inputs.batches(), whole_graph.run, len(inputs.rows))
+
+    def plan(lengths: list[int], prefix: int) -> list[Any]:
+        return plan_batches(lengths, max_batch_tokens=max(lengths) * BATCH_SIZE,
+                            max_batch_size=BATCH_SIZE)
+
+    batches = plan_prefix_batches(inputs.rows, [inputs.groups[row.item_index]
+                                                for row in inputs.rows], plan)
+    outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
+                           run_with_prefix(prefix_graph.run, whole_graph.run), finite=None)
+    difference = float(np.abs(outputs - whole).max())
+    spread = float(whole.std())
+    prefix_tokens = {batch.prefix_length for batch in batches}
+    return {
+        "compared_with": f"{VARIANTS[variant].file} on the same rows",
+        "max_abs_diff": difference, "score_std": spread,
+        "max_abs_diff_limit": PREFIX_TOLERANCE * spread,
+        "passed": difference <= PREFIX_TOLERANCE * spread,
+        "rows": len(inputs.rows), "batches": len(batches),
+        "prefix_tokens": [min(prefix_tokens), max(prefix_tokens)],
+        "row_tokens_mean": float(np.mean([len(row.ids) for row in inputs.rows])),
+        "vs_pytorch": compare(inputs, context.reference, outputs),
+        "validated_on": f"{prefix_graph.info.backend} {prefix_graph.info.provider}",
+    }

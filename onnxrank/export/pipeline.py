@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
+from onnxrank.engine.prefix import PREFIX_GRAPH_FILE
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.engine.variants import VARIANTS
@@ -32,7 +33,7 @@ from onnxrank.export.context import (
 )
 from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
-from onnxrank.export.gate import bf16_record, threshold_text, validate_file
+from onnxrank.export.gate import bf16_record, gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
@@ -176,6 +177,9 @@ class _Traced:
     max_length: int
     graph_files: tuple[str, ...]  # external data files beside model.onnx
     graph_rewrites: dict[str, Any]
+    # the family's prefix graph (decoders): its external data files, or its failed_variants
+    # entry when it could not be exported; None for families without one
+    prefix_graph: tuple[str, ...] | dict[str, Any] | None = None
 
 
 def _export_into(
@@ -222,6 +226,7 @@ def _export_into(
         progress=progress)
     progress.step("validate fp32")
     built = {"fp32": _gate_fp32(context)}
+    prefix_record = _gate_prefix(context, traced, failed)
     for variant in VARIANT_STEPS:
         if variant in wanted:
             outcome = _build_variant(context, variant)
@@ -231,9 +236,10 @@ def _export_into(
                 failed[variant] = outcome
                 logger.warning("variant %s left out: %s", variant, outcome["reason"])
     progress.step("manifest")
+    prefix_graphs = _publish_prefix_graph(request, traced, prefix_record, work_dir)
     variants = _publish_variants(request, context, built, failed, traced, work_dir)
     spec = _model_spec(request, source, task, traced, name=name, variants=variants, failed=failed,
-                       prompt=prompt, work_dir=work_dir)
+                       prompt=prompt, work_dir=work_dir, prefix_graphs=prefix_graphs)
     write_manifest(spec, work_dir)
     return spec
 
@@ -307,7 +313,14 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
             f"{first_line(err)}; this model type needs a family module in "
             "onnxrank.export.families that says how to trace it"
         ) from err
-    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites)
+    prefix_graph: tuple[str, ...] | dict[str, Any] | None
+    try:
+        prefix_graph = family.export_prefix_graph(loaded, graph_model, scratch / PREFIX_GRAPH_FILE,
+                                                  opset=request.opset)
+    except Exception as err:  # the whole-row graph still serves: record and go on
+        logger.debug("the prefix graph could not be exported", exc_info=True)
+        prefix_graph = {"stage": "build", "reason": first_line(err)}
+    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites, prefix_graph)
 
 
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
@@ -387,6 +400,50 @@ def _gate_fp32(context: ExportContext) -> BuiltVariant:
     return BuiltVariant(fidelity)
 
 
+def _gate_prefix(context: ExportContext, traced: _Traced,
+                 failed: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The fp32 prefix graph's gate record when it passed; else None, with its failure (build
+    or gate) added to `failed` as ``prefix_graph``."""
+    if traced.prefix_graph is None:
+        return None
+    if isinstance(traced.prefix_graph, dict):
+        failed["prefix_graph"] = traced.prefix_graph
+        return None
+    context.progress.step("validate prefix graph")
+    try:
+        record = gate_prefix_graph(context, "fp32", context.paths["fp32"].parent / PREFIX_GRAPH_FILE)
+    except (ImportError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        failed["prefix_graph"] = {"stage": "build", "reason": first_line(err)}
+        return None
+    if not record["passed"]:
+        failed["prefix_graph"] = {
+            "stage": "validation", "fidelity": record,
+            "reason": f"max_abs_diff {record['max_abs_diff']:.3g} against model.onnx exceeds "
+                      f"{record['max_abs_diff_limit']:.3g} (1e-4 x the scores' std)"}
+        return None
+    return record
+
+
+def _publish_prefix_graph(request: ExportRequest, traced: _Traced, record: dict[str, Any] | None,
+                          work_dir: Path) -> dict[str, VariantSpec]:
+    """Move a passing prefix graph out of scratch (with fp32, which it is gated against); its
+    manifest entry, keyed by that variant."""
+    if record is None or "fp32" not in request.variants or not isinstance(
+            traced.prefix_graph, tuple):
+        return {}
+    names = (PREFIX_GRAPH_FILE, *traced.prefix_graph)
+    for file_name in names:
+        os.replace(work_dir / SCRATCH_DIR / file_name, work_dir / file_name)
+    return {"fp32": VariantSpec(
+        file=PREFIX_GRAPH_FILE, sha256=sha256_file(work_dir / PREFIX_GRAPH_FILE),
+        size_bytes=sum((work_dir / file_name).stat().st_size for file_name in names),
+        precision="fp32", opset=request.opset, fidelity=record,
+        extra_files={file_name: sha256_file(work_dir / file_name)
+                     for file_name in traced.prefix_graph})}
+
+
 def _build_variant(context: ExportContext, variant: str) -> BuiltVariant | dict[str, Any]:
     """Build and gate one variant: the BuiltVariant, or its failed_variants entry.
 
@@ -450,7 +507,8 @@ def _publish_variants(request: ExportRequest, context: ExportContext,
 def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, traced: _Traced, *,
                 name: str,
                 variants: dict[str, VariantSpec], failed: dict[str, dict[str, Any]],
-                prompt: dict[str, Any] | None, work_dir: Path) -> ModelSpec:
+                prompt: dict[str, Any] | None, work_dir: Path,
+                prefix_graphs: dict[str, VariantSpec]) -> ModelSpec:
     """The manifest of the finished export."""
     loaded, family = traced.loaded, traced.family
     config = loaded.config
@@ -481,6 +539,7 @@ def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, t
         embedding_dim=task.embedding_dim(config),
         graph_rewrites=traced.graph_rewrites,
         prompt=prompt,
+        prefix_graphs=prefix_graphs,
         family=family.describe(config),
         failed_variants=failed,
         notes=notes.strip(),
