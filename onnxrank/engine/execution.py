@@ -57,6 +57,16 @@ class FiniteCheck:
         )
 
 
+def batch_feeds(plan: RowPlan, batch: Batch) -> Feeds:
+    """One batch's runtime inputs: its rows right-padded (past a shared prefix, which is fed
+    once as ``prefix_ids`` [1, prefix])."""
+    rows = [plan.rows[index] for index in batch.rows]
+    feeds = pad_rows(rows, plan.pad_token_id, batch.padded_length, start=batch.prefix_length)
+    if batch.prefix_length:
+        feeds[PREFIX_INPUT] = rows[0].ids[None, :batch.prefix_length]
+    return feeds
+
+
 def run_plan(plan: RowPlan, run: RunFeeds, *, finite: FiniteCheck | None,
              stop_before: Callable[[Batch], bool] | None = None,
              ) -> Iterator[tuple[Batch, NDArray[np.float32]]]:
@@ -76,11 +86,7 @@ def run_plan(plan: RowPlan, run: RunFeeds, *, finite: FiniteCheck | None,
     for batch in plan.batches:
         if stop_before is not None and stop_before(batch):
             return
-        rows = [plan.rows[index] for index in batch.rows]
-        feeds = pad_rows(rows, plan.pad_token_id, batch.padded_length, start=batch.prefix_length)
-        if batch.prefix_length:
-            feeds[PREFIX_INPUT] = rows[0].ids[None, :batch.prefix_length]
-        outputs = np.asarray(run(feeds), dtype=np.float32)
+        outputs = np.asarray(run(batch_feeds(plan, batch)), dtype=np.float32)
         if finite is not None:
             finite.check(outputs, plan.rows, batch)
         yield batch, outputs
