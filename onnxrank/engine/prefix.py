@@ -21,8 +21,10 @@ import numpy as np
 from onnxrank.engine.batching import Batch
 from onnxrank.engine.rows import EncodedRow
 
-# the prefix graph's file in an exported model directory (of the fp32 variant)
-PREFIX_GRAPH_FILE = "model_prefix.onnx"
+# the prefix graphs' files in an exported model directory, per variant they are gated against:
+# fp32's is traced, ov_int8's is fp32's compressed as ov_int8 was (weight-only families)
+PREFIX_GRAPH_FILES = {"fp32": "model_prefix.onnx", "ov_int8": "model_prefix_ov_int8.xml"}
+PREFIX_GRAPH_FILE = PREFIX_GRAPH_FILES["fp32"]
 # the prefix graph's extra input: the token ids every row of a batch starts with, [1, prefix]
 PREFIX_INPUT = "prefix_ids"
 # plan(own lengths of a group's rows, prefix length) -> batches indexing those lengths

@@ -10,6 +10,7 @@ Layout of an exported model directory (``models/NAME/``)::
     model_ov_int8.xml    OpenVINO IR, NNCF static int8 for CPU           variant "ov_int8"
     model_ov_int8.bin    its weights (VariantSpec.extra_files)
     model_prefix.onnx    decoder rerankers: fp32 prefix graph            prefix_graphs["fp32"]
+    model_prefix_ov_int8.xml/.bin  its weight-only int8 IR               prefix_graphs["ov_int8"]
     tokenizer.json       Rust `tokenizers` file, plus the HF config files it came with
 
 Each variant's facts (file, precision, how it runs, extra files) are onnxrank.engine.variants.VARIANTS.

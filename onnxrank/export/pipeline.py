@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
-from onnxrank.engine.prefix import PREFIX_GRAPH_FILE
+from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_GRAPH_FILES
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.engine.variants import VARIANTS
@@ -37,7 +37,11 @@ from onnxrank.export.gate import bf16_record, gate_prefix_graph, threshold_text,
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
-from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
+from onnxrank.export.quantize_openvino import (
+    DEFAULT_OV_INT8_RECIPES,
+    OvInt8Settings,
+    compress_openvino_int8_weights,
+)
 from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
 from onnxrank.export.tasks import DEFAULT_MODEL, ExportTask, export_task
@@ -226,7 +230,6 @@ def _export_into(
         progress=progress)
     progress.step("validate fp32")
     built = {"fp32": _gate_fp32(context)}
-    prefix_record = _gate_prefix(context, traced, failed)
     for variant in VARIANT_STEPS:
         if variant in wanted:
             outcome = _build_variant(context, variant)
@@ -235,8 +238,9 @@ def _export_into(
             else:
                 failed[variant] = outcome
                 logger.warning("variant %s left out: %s", variant, outcome["reason"])
+    prefix_records = _gate_prefix_graphs(context, traced, built, failed)
     progress.step("manifest")
-    prefix_graphs = _publish_prefix_graph(request, traced, prefix_record, work_dir)
+    prefix_graphs = _publish_prefix_graphs(request, traced, prefix_records, work_dir)
     variants = _publish_variants(request, context, built, failed, traced, work_dir)
     spec = _model_spec(request, source, task, traced, name=name, variants=variants, failed=failed,
                        prompt=prompt, work_dir=work_dir, prefix_graphs=prefix_graphs)
@@ -400,48 +404,67 @@ def _gate_fp32(context: ExportContext) -> BuiltVariant:
     return BuiltVariant(fidelity)
 
 
-def _gate_prefix(context: ExportContext, traced: _Traced,
-                 failed: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The fp32 prefix graph's gate record when it passed; else None, with its failure (build
-    or gate) added to `failed` as ``prefix_graph``."""
+def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str, BuiltVariant],
+                        failed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each built variant's prefix graph, gated against the variant's whole-row graph: fp32's
+    is the traced model_prefix.onnx, ov_int8's (weight-only families) that file compressed as
+    ov_int8 was. Returns the gate records of those that passed; a failure (build or gate) is
+    added to `failed` as ``prefix_graph:<variant>``, and the whole-row graphs stay."""
     if traced.prefix_graph is None:
-        return None
-    if isinstance(traced.prefix_graph, dict):
-        failed["prefix_graph"] = traced.prefix_graph
-        return None
-    context.progress.step("validate prefix graph")
-    try:
-        record = gate_prefix_graph(context, "fp32", context.paths["fp32"].parent / PREFIX_GRAPH_FILE)
-    except (ImportError, KeyboardInterrupt):
-        raise
-    except Exception as err:
-        failed["prefix_graph"] = {"stage": "build", "reason": first_line(err)}
-        return None
-    if not record["passed"]:
-        failed["prefix_graph"] = {
-            "stage": "validation", "fidelity": record,
-            "reason": f"max_abs_diff {record['max_abs_diff']:.3g} against model.onnx exceeds "
-                      f"{record['max_abs_diff_limit']:.3g} (1e-4 x the scores' std)"}
-        return None
-    return record
-
-
-def _publish_prefix_graph(request: ExportRequest, traced: _Traced, record: dict[str, Any] | None,
-                          work_dir: Path) -> dict[str, VariantSpec]:
-    """Move a passing prefix graph out of scratch (with fp32, which it is gated against); its
-    manifest entry, keyed by that variant."""
-    if record is None or "fp32" not in request.variants or not isinstance(
-            traced.prefix_graph, tuple):
         return {}
-    names = (PREFIX_GRAPH_FILE, *traced.prefix_graph)
-    for file_name in names:
-        os.replace(work_dir / SCRATCH_DIR / file_name, work_dir / file_name)
-    return {"fp32": VariantSpec(
-        file=PREFIX_GRAPH_FILE, sha256=sha256_file(work_dir / PREFIX_GRAPH_FILE),
-        size_bytes=sum((work_dir / file_name).stat().st_size for file_name in names),
-        precision="fp32", opset=request.opset, fidelity=record,
-        extra_files={file_name: sha256_file(work_dir / file_name)
-                     for file_name in traced.prefix_graph})}
+    if isinstance(traced.prefix_graph, dict):
+        failed["prefix_graph:fp32"] = traced.prefix_graph
+        return {}
+    scratch = context.paths["fp32"].parent
+    wanted = ["fp32"] + (["ov_int8"] if "ov_int8" in built
+                         and context.family.ov_int8_mode == "weight_only" else [])
+    records = {}
+    for variant in wanted:
+        context.progress.step(f"validate {variant} prefix graph")
+        path = scratch / PREFIX_GRAPH_FILES[variant]
+        try:
+            if variant == "ov_int8":
+                source = scratch / PREFIX_GRAPH_FILE
+                compress_openvino_int8_weights(source, path,
+                                               keep_fp32=context.family.fp32_nodes(source))
+            record = gate_prefix_graph(context, variant, path)
+        except (ImportError, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            logger.debug("the %s prefix graph failed", variant, exc_info=True)
+            failed[f"prefix_graph:{variant}"] = {"stage": "build", "reason": first_line(err)}
+            continue
+        if not record["passed"]:
+            failed[f"prefix_graph:{variant}"] = {
+                "stage": "validation", "fidelity": record,
+                "reason": f"max_abs_diff {record['max_abs_diff']:.3g} against "
+                          f"{VARIANTS[variant].file} exceeds {record['max_abs_diff_limit']:.3g} "
+                          "(1e-4 x the scores' std)"}
+            continue
+        records[variant] = record
+    return records
+
+
+def _publish_prefix_graphs(request: ExportRequest, traced: _Traced,
+                           records: dict[str, dict[str, Any]],
+                           work_dir: Path) -> dict[str, VariantSpec]:
+    """Move the passing prefix graphs of the kept variants out of scratch (with their extra
+    files: fp32's external data, the IR's .bin); their manifest entries, keyed by variant."""
+    specs = {}
+    for variant, record in records.items():
+        if variant not in request.variants or not isinstance(traced.prefix_graph, tuple):
+            continue
+        file_name = PREFIX_GRAPH_FILES[variant]
+        extra = traced.prefix_graph if variant == "fp32" else (
+            str(Path(file_name).with_suffix(".bin")),)
+        for name in (file_name, *extra):
+            os.replace(work_dir / SCRATCH_DIR / name, work_dir / name)
+        specs[variant] = VariantSpec(
+            file=file_name, sha256=sha256_file(work_dir / file_name),
+            size_bytes=sum((work_dir / name).stat().st_size for name in (file_name, *extra)),
+            precision=VARIANTS[variant].precision, opset=request.opset, fidelity=record,
+            extra_files={name: sha256_file(work_dir / name) for name in extra})
+    return specs
 
 
 def _build_variant(context: ExportContext, variant: str) -> BuiltVariant | dict[str, Any]:

@@ -42,6 +42,22 @@ def test_the_prefix_graph_passed_its_gate(recipe_name: str, recipe_model_dir: Pa
     assert record["prefix_tokens"][0] > 0 and record["vs_pytorch"]["spearman"] >= 0.999
 
 
+def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
+                                                              recipe_model_dir: Path) -> None:
+    spec = load_model_spec(recipe_model_dir)
+    assert "ov_int8" in spec.variants, f"{recipe_name}: ov_int8 was not built"
+    graph = spec.prefix_graphs["ov_int8"]
+    assert graph.fidelity["passed"] is True and graph.precision == "int8"
+    assert graph.fidelity["compared_with"].startswith("model_ov_int8.xml")
+    options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
+    reused = Reranker.from_dir(recipe_model_dir, **options)
+    whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options)
+    assert reused.uses_prefix_graph and not whole.uses_prefix_graph
+    pairs = _pairs()
+    expected = whole.score(pairs)
+    assert np.abs(reused.score(pairs) - expected).max() <= 1e-4 * expected.std()
+
+
 def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
         recipe_name: str, recipe_fp32: Reranker, whole_rows: Reranker, recipe_card: Any) -> None:
     assert recipe_fp32.uses_prefix_graph and not whole_rows.uses_prefix_graph
