@@ -423,19 +423,22 @@ class _Opener:
 def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
                       config: EngineConfig) -> ModelRunner | None:
     """The prefix graph (onnxrank.engine.prefix) of the variant `runner` runs, opened the same
-    way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, the variant
-    has no prefix graph that passed its gate, or `runner` runs the variant's file otherwise than
-    its gate validated it (OpenVINO bf16 on model.onnx).
+    way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, or the
+    variant has no prefix graph that passed its gate at this precision (its own record for a
+    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule).
 
     Raises:
         ModelLoadError: The prefix graph is missing, modified or cannot be loaded.
     """
     info = runner.info
     graph = spec.prefix_graphs.get(info.variant)
-    gated = any(run.backend == info.backend and run.precision == info.precision
-                and run.fidelity_key is None for run in VARIANTS[info.variant].runs_as)
-    if not config.prefix_reuse or graph is None or not gated \
-            or graph.fidelity.get("passed") is not True:
+    run = next((run for run in VARIANTS[info.variant].runs_as
+                if run.backend == info.backend and run.precision == info.precision), None)
+    if not config.prefix_reuse or graph is None or run is None:
+        return None
+    # a precision with a record of its own (OpenVINO bf16) needs the prefix graph's own too
+    record = graph.fidelity if run.fidelity_key is None else graph.fidelity.get(run.fidelity_key)
+    if not isinstance(record, dict) or record.get("passed") is not True:
         return None
     verify_files(spec, model_dir, [], prefix_graphs=(info.variant,))
     root = compile_cache_root(config)

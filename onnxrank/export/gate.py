@@ -13,7 +13,7 @@ from onnxrank.engine.batching import plan_batches
 from onnxrank.engine.execution import RowPlan, run_in_order
 from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
-from onnxrank.engine.variants import VARIANTS
+from onnxrank.engine.variants import VARIANTS, RunAs
 from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
@@ -121,19 +121,57 @@ def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThreshold
             for metric, direction, threshold, _ in task.threshold_checks(thresholds, variant)}
 
 
-def gate_prefix_graph(context: ExportContext, variant: str, path: Path) -> dict[str, Any]:
+def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
+                      variant_fidelity: dict[str, Any]) -> dict[str, Any]:
     """A prefix graph against its variant's whole-row graph, on the validation rows grouped by
     query as the engine groups them (onnxrank.engine.prefix): the record for its manifest entry.
 
     ``passed`` when the largest score difference is at most PREFIX_TOLERANCE x the whole-row
     scores' standard deviation; ``vs_pytorch`` holds the usual fidelity metrics against the
-    reference.
+    reference. Each precision that runs the variant's file under a record of its own (OpenVINO
+    bf16) and passed it (`variant_fidelity`) gets a record under the same key, gated like the
+    variant's: its thresholds against the reference.
 
     Raises:
         ModelLoadError, InferenceError: A graph could not be opened or run.
     """
     facts = VARIANTS[variant]
-    backend, precision = facts.runs_as[0].backend, facts.runs_as[0].precision
+    first = facts.runs_as[0]
+    whole, outputs, batches, runner = _prefix_outputs(context, variant, path, first)
+    difference = float(np.abs(outputs - whole).max())
+    spread = float(whole.std())
+    prefix_tokens = {batch.prefix_length for batch in batches}
+    record: dict[str, Any] = {
+        "compared_with": f"{facts.file} on the same rows",
+        "max_abs_diff": difference, "score_std": spread,
+        "max_abs_diff_limit": PREFIX_TOLERANCE * spread,
+        "passed": difference <= PREFIX_TOLERANCE * spread,
+        "rows": len(context.inputs.rows), "batches": len(batches),
+        "prefix_tokens": [min(prefix_tokens), max(prefix_tokens)],
+        "row_tokens_mean": float(np.mean([len(row.ids) for row in context.inputs.rows])),
+        "vs_pytorch": compare(context.inputs, context.reference, outputs),
+        "validated_on": f"{runner.info.backend} {runner.info.provider}",
+    }
+    for run in facts.runs_as:
+        own = variant_fidelity.get(run.fidelity_key or "")
+        if run.fidelity_key is None or not (isinstance(own, dict) and own.get("passed") is True):
+            continue  # the whole-row graph was not validated this way: neither is this one
+        whole, outputs, _, _ = _prefix_outputs(context, variant, path, run)
+        metrics = compare(context.inputs, context.reference, outputs)
+        failures = threshold_failures(context.task, run.fidelity_key, metrics, context.thresholds)
+        record[run.fidelity_key] = {
+            **metrics, "max_abs_diff_vs_whole_rows": float(np.abs(outputs - whole).max()),
+            "passed": not failures, "failures": failures,
+            "thresholds": threshold_text(context.task, run.fidelity_key, context.thresholds)}
+    return record
+
+
+def _prefix_outputs(context: ExportContext, variant: str, path: Path,
+                    run: RunAs) -> tuple[np.ndarray, np.ndarray, list[Any], Any]:
+    """The whole-row graph's outputs on the validation rows and the prefix graph's (rows
+    grouped by query), both run as `run` says; the prefix plan's batches and the prefix
+    graph's runner."""
+    backend, precision = run.backend, run.precision
     inputs = context.inputs
     whole_graph = open_model_file(context.paths[variant], backend=backend, precision=precision)
     prefix_graph = open_model_file(path, backend=backend, precision=precision)
@@ -147,17 +185,4 @@ def gate_prefix_graph(context: ExportContext, variant: str, path: Path) -> dict[
                                                 for row in inputs.rows], plan)
     outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
                            run_with_prefix(prefix_graph.run, whole_graph.run), finite=None)
-    difference = float(np.abs(outputs - whole).max())
-    spread = float(whole.std())
-    prefix_tokens = {batch.prefix_length for batch in batches}
-    return {
-        "compared_with": f"{VARIANTS[variant].file} on the same rows",
-        "max_abs_diff": difference, "score_std": spread,
-        "max_abs_diff_limit": PREFIX_TOLERANCE * spread,
-        "passed": difference <= PREFIX_TOLERANCE * spread,
-        "rows": len(inputs.rows), "batches": len(batches),
-        "prefix_tokens": [min(prefix_tokens), max(prefix_tokens)],
-        "row_tokens_mean": float(np.mean([len(row.ids) for row in inputs.rows])),
-        "vs_pytorch": compare(inputs, context.reference, outputs),
-        "validated_on": f"{prefix_graph.info.backend} {prefix_graph.info.provider}",
-    }
+    return whole, outputs, batches, prefix_graph

@@ -427,7 +427,7 @@ def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str
                 source = scratch / PREFIX_GRAPH_FILE
                 compress_openvino_int8_weights(source, path,
                                                keep_fp32=context.family.fp32_nodes(source))
-            record = gate_prefix_graph(context, variant, path)
+            record = gate_prefix_graph(context, variant, path, built[variant].fidelity)
         except (ImportError, KeyboardInterrupt):
             raise
         except Exception as err:

@@ -128,3 +128,20 @@ def test_prefix_reuse_off_runs_whole_rows_and_fits_fewer_rows(recipe_model_dir: 
     assert all(feed["input_ids"].size + feed[PREFIX_INPUT].size <= 2 * whole_rows.max_length
                for feed in feeds)
     assert np.abs(reused.score(pairs) - whole.score(pairs)).max() <= 1e-5
+
+
+def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
+        recipe_name: str, recipe_model_dir: Path) -> None:
+    default = Reranker.from_dir(recipe_model_dir, device="cpu")
+    info = default.device_info
+    spec = load_model_spec(recipe_model_dir)
+    # onnxruntime int8 has no prefix graph; every other variant here (fp32 and OpenVINO's,
+    # bf16 included where the CPU has it) has one that passed its gate
+    assert default.uses_prefix_graph == (info.variant in spec.prefix_graphs), \
+        f"{recipe_name}: {info.backend}/{info.precision}"
+    whole = Reranker.from_dir(recipe_model_dir, device="cpu", backend=info.backend,
+                              precision=info.precision, prefix_reuse=False)
+    pairs = _pairs()
+    expected = whole.score(pairs)
+    # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
+    assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()
