@@ -17,10 +17,10 @@ from onnxrank.engine.backends.base import ModelRunner
 from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
-from onnxrank.engine.execution import RowPlan, RunFeeds, batch_feeds, run_plan
+from onnxrank.engine.execution import Feeds, RowPlan, batch_feeds, run_plan
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
 from onnxrank.engine.model import EngineModel
-from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
+from onnxrank.engine.prefix import PREFIX_INPUT, plan_prefix_batches
 from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.recipe import PromptRecipe
@@ -82,7 +82,6 @@ class Reranker(EngineModel[Pair]):
     def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
                  encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
         super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
-        self._run: RunFeeds = runner.run
         self._cache = ScoreCache(config.cache_size, self._cache_model_key()) \
             if config.cache_size else None
 
@@ -354,6 +353,10 @@ class Reranker(EngineModel[Pair]):
         """The batches of `rows` (row.item_index indexes `pairs`)."""
         return self._plan(rows, sort_by_length=sort_by_length)
 
+    def _run(self, feeds: Feeds) -> np.ndarray:
+        """One planned batch through the model."""
+        return self._runner.run(feeds)
+
     @staticmethod
     def _merge(rows: list[EncodedRow], batch: Batch, outputs: np.ndarray, targets: list[int],
                run: ScoreRun) -> None:
@@ -418,8 +421,6 @@ class DecoderReranker(Reranker):
                  encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
         self._prefix_runner = open_prefix_graph(spec, model_dir, runner, config)
         super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
-        if self._prefix_runner is not None:
-            self._run = run_with_prefix(self._prefix_runner.run, runner.run)
 
     @property
     def uses_prefix_graph(self) -> bool:
@@ -465,6 +466,12 @@ class DecoderReranker(Reranker):
 
         batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)
         return RowPlan(rows, batches, self.spec.pad_token_id)
+
+    def _run(self, feeds: Feeds) -> np.ndarray:
+        """A batch with a shared prefix through the prefix graph, any other whole."""
+        if self._prefix_runner is not None and PREFIX_INPUT in feeds:
+            return self._prefix_runner.run(feeds)
+        return self._runner.run(feeds)
 
 
 class _DeadlineGate:
