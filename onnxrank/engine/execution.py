@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from onnxrank.engine.batching import Batch
-from onnxrank.engine.prefix import PREFIX_INPUT
+from onnxrank.engine.prefix import prefix_feeds
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.errors import InferenceError
@@ -61,10 +61,9 @@ def batch_feeds(plan: RowPlan, batch: Batch) -> Feeds:
     """One batch's runtime inputs: its rows right-padded (past a shared prefix, which is fed
     once as ``prefix_ids`` [1, prefix])."""
     rows = [plan.rows[index] for index in batch.rows]
-    feeds = pad_rows(rows, plan.pad_token_id, batch.padded_length, start=batch.prefix_length)
     if batch.prefix_length:
-        feeds[PREFIX_INPUT] = rows[0].ids[None, :batch.prefix_length]
-    return feeds
+        return prefix_feeds(rows, plan.pad_token_id, batch.padded_length, batch.prefix_length)
+    return pad_rows(rows, plan.pad_token_id, batch.padded_length)
 
 
 def run_plan(plan: RowPlan, run: RunFeeds, *, finite: FiniteCheck | None,

@@ -9,7 +9,8 @@ each row's own tokens (document, template tail, suffix) as right-padded ``input_
 
 `plan_prefix_batches` groups rows by query, finds each group's shared prefix once and plans the
 group's batches over the rows' own lengths, charging the prefix once per batch; `run_plan`
-(onnxrank.engine.execution) then feeds a batch's prefix beside its rows' remainders.
+(onnxrank.engine.execution) then feeds a batch's prefix beside its rows' remainders
+(`prefix_feeds`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ def plan_prefix_batches(rows: Sequence[EncodedRow], groups: Sequence[Hashable],
             batches.append(Batch(rows=order[batch.rows], padded_length=batch.padded_length,
                                  prefix_length=prefix))
     return batches
+
+
+def prefix_feeds(rows: Sequence[EncodedRow], pad_token_id: int, padded_length: int,
+                 prefix_length: int) -> Feeds:
+    """A prefix batch's inputs: the first `prefix_length` tokens the rows share, once, as
+    ``prefix_ids`` [1, prefix], and each row's tokens past them right-padded to
+    `padded_length` (``input_ids``, ``attention_mask``)."""
+    input_ids = np.full((len(rows), padded_length), pad_token_id, dtype=np.int64)
+    attention_mask = np.zeros((len(rows), padded_length), dtype=np.int64)
+    for position, row in enumerate(rows):
+        size = len(row.ids) - prefix_length
+        input_ids[position, :size] = row.ids[prefix_length:]
+        attention_mask[position, :size] = 1
+    return {PREFIX_INPUT: rows[0].ids[None, :prefix_length], "input_ids": input_ids,
+            "attention_mask": attention_mask}
 
 
 def run_with_prefix(prefix_run: Callable[[Feeds], np.ndarray],

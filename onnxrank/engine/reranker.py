@@ -311,13 +311,13 @@ class Reranker(EngineModel[Pair]):
         if not todo:
             return run
         started = time.perf_counter()
-        rows = self._encode([pairs[index] for index in todo], instruction)
+        todo_pairs = [pairs[index] for index in todo]
+        rows = self._encode(todo_pairs, instruction)
         run.tokenize_ms = (time.perf_counter() - started) * 1000
         for row in rows:
             run.token_counts[todo[row.item_index]] += len(row.ids)
         started = time.perf_counter()
-        plan = self._pair_plan(rows, [pairs[index] for index in todo],
-                               sort_by_length=self.config.sort_by_length)
+        plan = self._pair_plan(rows, todo_pairs, sort_by_length=self.config.sort_by_length)
         for batch, outputs in run_plan(plan, self._run, finite=self._finite):
             self._merge(rows, batch, outputs, todo, run)
         run.inference_ms = (time.perf_counter() - started) * 1000

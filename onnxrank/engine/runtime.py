@@ -98,25 +98,24 @@ def resolve_model_dir(name_or_path: str | Path, models_dir: str | Path = DEFAULT
 
 
 def pad_rows(rows: Sequence[EncodedRow], pad_token_id: int,
-             padded_length: int | None = None, *, start: int = 0) -> dict[str, np.ndarray]:
+             padded_length: int | None = None) -> dict[str, np.ndarray]:
     """Right-padded int64 input_ids / attention_mask / token_type_ids for rows of one batch.
 
     Args:
         rows: Encoded rows, in batch order.
         pad_token_id: The tokenizer's padding id.
         padded_length: Columns of the batch; None = the longest row.
-        start: Leave out each row's first `start` tokens (a shared prefix that runs apart).
     """
-    length = padded_length or max(len(row.ids) for row in rows) - start
+    length = padded_length or max(len(row.ids) for row in rows)
     # One allocation for the three inputs, then slice writes per row: on the small batches a CPU
     # plan has (1-16 rows), one masked write per input was slower (timeit: 12 us against 4 us
     # for one row, about even at 16).
     input_ids, attention_mask, type_ids = np.zeros((3, len(rows), length), dtype=np.int64)
     input_ids.fill(pad_token_id)
     for position, row in enumerate(rows):
-        size = len(row.ids) - start
-        input_ids[position, :size] = row.ids[start:]
-        type_ids[position, :size] = row.type_ids[start:]
+        size = len(row.ids)
+        input_ids[position, :size] = row.ids
+        type_ids[position, :size] = row.type_ids
         attention_mask[position, :size] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": type_ids}
 
