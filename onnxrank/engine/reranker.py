@@ -46,7 +46,8 @@ class ScoreRun:
         token_counts: Tokens per pair (all windows of a pair in max_chunk mode; 0 for a cache hit).
         tokenize_ms: Time spent tokenizing.
         inference_ms: Time spent in model runs (padding included).
-        batches: (rows, padded length) of every model run, in run order.
+        batches: (rows, padded length) of every model run, in run order (for a decoder's
+            prefix batches, the length past the query's shared prefix, which runs once).
         spans: Best-window character span per pair (max_chunk mode), else None.
     """
 
