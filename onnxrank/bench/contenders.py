@@ -43,8 +43,10 @@ def describe_engine_options(options: Mapping[str, Any]) -> str:
 
 def engine_settings(reranker: Reranker) -> dict[str, Any]:
     """Every engine option (EngineConfig, as configured), then what actually runs (DeviceInfo:
-    backend, provider, variant, precision, threads, why), which wins where both name a key."""
-    return {**dataclasses.asdict(reranker.config), **dataclasses.asdict(reranker.device_info)}
+    backend, provider, variant, precision, threads, why), which wins where both name a key; and
+    whether a decoder's prefix graph runs."""
+    return {**dataclasses.asdict(reranker.config), **dataclasses.asdict(reranker.device_info),
+            "prefix_graph": reranker.uses_prefix_graph}
 
 
 def engine_contender(name: str, label: str,

@@ -158,7 +158,9 @@ def profile(model_dir: Path, *, regime: str = "short", queries: int = 8, repeats
     """
     chosen: dict[str, Any] = {key: value for key, value in
                               (("backend", backend), ("precision", precision)) if value is not None}
-    reranker = Reranker.from_dir(model_dir, None, device="cpu", **chosen)
+    # the whole-row graph (info.model_file) is what is profiled: a decoder's prefix batches
+    # would feed it only the rows' own tokens
+    reranker = Reranker.from_dir(model_dir, None, device="cpu", prefix_reuse=False, **chosen)
     info = reranker.device_info
     workload = build_workload(PassageSource(load_dataset(dataset), reranker.tokenizer,
                                             seed=DEFAULT_SEED), parse_regimes(regime)[0],

@@ -15,10 +15,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Rows to run together, padded to `padded_length` tokens."""
+    """Rows to run together, padded to `padded_length` tokens.
+
+    With `prefix_length` > 0 the rows share their first `prefix_length` tokens, which run once
+    (onnxrank.engine.prefix); `padded_length` then counts the tokens past them.
+    """
 
     rows: NDArray[np.intp]  # indices into the encoded rows
     padded_length: int
+    prefix_length: int = 0
 
 
 def round_up(length: int, multiple: int) -> int:

@@ -81,6 +81,11 @@ class EngineConfig:
         "'Given a web search query, retrieve relevant passages that answer the query'; default: "
         "the recipe's; a per-call instruction overrides it; cross-encoders take none",
         kind=str, optional=True))
+    prefix_reuse: bool = field(default=True, metadata=_option(
+        "decoder rerankers: run the prompt head a query's rows share (recipe prefix, instruction, "
+        "query) once per batch through the export's prefix graph, when the variant that runs has "
+        "one that passed its gate (the manifest's prefix_graphs); off: every row runs whole, "
+        "the reference path", kind=bool))
     cache_size: int = field(default=0, metadata=_option(
         "entries of the LRU score cache keyed by model, settings, query and document; 0 = off",
         kind=int, minimum=0))

@@ -1,7 +1,8 @@
 """The one execution loop: planned batches of rows are padded, run, checked and handed back.
 
 Every path that runs rows goes through `run_plan` (the reranker, the embedder, export
-validation): it pads each batch with `pad_rows`, runs it, refuses non-finite outputs with one
+validation): it pads each batch with `pad_rows` (a batch with a shared prefix feeds it once, as
+``prefix_ids``: onnxrank.engine.prefix), runs it, refuses non-finite outputs with one
 InferenceError, and yields each batch's outputs so that the caller scatters them to input order
 (`run_in_order` does that for one row per input; the reranker keeps each pair's best window).
 """
@@ -15,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from onnxrank.engine.batching import Batch
+from onnxrank.engine.prefix import prefix_feeds
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.errors import InferenceError
@@ -55,6 +57,15 @@ class FiniteCheck:
         )
 
 
+def batch_feeds(plan: RowPlan, batch: Batch) -> Feeds:
+    """One batch's runtime inputs: its rows right-padded (past a shared prefix, which is fed
+    once as ``prefix_ids`` [1, prefix])."""
+    rows = [plan.rows[index] for index in batch.rows]
+    if batch.prefix_length:
+        return prefix_feeds(rows, plan.pad_token_id, batch.padded_length, batch.prefix_length)
+    return pad_rows(rows, plan.pad_token_id, batch.padded_length)
+
+
 def run_plan(plan: RowPlan, run: RunFeeds, *, finite: FiniteCheck | None,
              stop_before: Callable[[Batch], bool] | None = None,
              ) -> Iterator[tuple[Batch, NDArray[np.float32]]]:
@@ -74,9 +85,7 @@ def run_plan(plan: RowPlan, run: RunFeeds, *, finite: FiniteCheck | None,
     for batch in plan.batches:
         if stop_before is not None and stop_before(batch):
             return
-        feeds = pad_rows([plan.rows[index] for index in batch.rows], plan.pad_token_id,
-                         batch.padded_length)
-        outputs = np.asarray(run(feeds), dtype=np.float32)
+        outputs = np.asarray(run(batch_feeds(plan, batch)), dtype=np.float32)
         if finite is not None:
             finite.check(outputs, plan.rows, batch)
         yield batch, outputs

@@ -14,17 +14,18 @@ from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from onnxrank.engine.backends.base import ModelRunner
-from onnxrank.engine.batching import Batch
+from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
-from onnxrank.engine.execution import run_plan
+from onnxrank.engine.execution import Feeds, RowPlan, batch_feeds, run_plan
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
 from onnxrank.engine.model import EngineModel
+from onnxrank.engine.prefix import PREFIX_INPUT, plan_prefix_batches
 from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow, RowBudget, RowEncoder
-from onnxrank.engine.runtime import LoadedModel, pad_rows, probe_pairs
+from onnxrank.engine.runtime import LoadedModel, open_prefix_graph, probe_pairs
 from onnxrank.engine.spec import ModelKind, ModelSpec
 from onnxrank.engine.tokenize import PairEncoder
 from onnxrank.errors import InferenceError, ModelLoadError
@@ -45,7 +46,8 @@ class ScoreRun:
         token_counts: Tokens per pair (all windows of a pair in max_chunk mode; 0 for a cache hit).
         tokenize_ms: Time spent tokenizing.
         inference_ms: Time spent in model runs (padding included).
-        batches: (rows, padded length) of every model run, in run order.
+        batches: (rows, padded length) of every model run, in run order (for a decoder's
+            prefix batches, the length past the query's shared prefix, which runs once).
         spans: Best-window character span per pair (max_chunk mode), else None.
     """
 
@@ -121,6 +123,12 @@ class Reranker(EngineModel[Pair]):
     @classmethod
     def probe_items(cls) -> list[Pair]:
         return probe_pairs()
+
+    @property
+    def uses_prefix_graph(self) -> bool:
+        """Whether a query's shared prompt head runs once per batch (decoder rerankers only;
+        see DecoderReranker)."""
+        return False
 
     def activate(self, logits: NDArray[np.floating]) -> NDArray[np.float64]:
         """The manifest's activation applied to raw logits (what `rerank` reports as score)."""
@@ -304,13 +312,14 @@ class Reranker(EngineModel[Pair]):
         if not todo:
             return run
         started = time.perf_counter()
-        rows = self._encode([pairs[index] for index in todo], instruction)
+        todo_pairs = [pairs[index] for index in todo]
+        rows = self._encode(todo_pairs, instruction)
         run.tokenize_ms = (time.perf_counter() - started) * 1000
         for row in rows:
             run.token_counts[todo[row.item_index]] += len(row.ids)
         started = time.perf_counter()
-        for batch, outputs in run_plan(self._plan(rows, sort_by_length=self.config.sort_by_length),
-                                       self._runner.run, finite=self._finite):
+        plan = self._pair_plan(rows, todo_pairs, sort_by_length=self.config.sort_by_length)
+        for batch, outputs in run_plan(plan, self._run, finite=self._finite):
             self._merge(rows, batch, outputs, todo, run)
         run.inference_ms = (time.perf_counter() - started) * 1000
         if self._cache is not None:
@@ -331,13 +340,23 @@ class Reranker(EngineModel[Pair]):
         rows_total = np.bincount([row.item_index for row in rows], minlength=len(pairs))
         gate = _DeadlineGate(deadline)
         everything = list(range(len(pairs)))
-        for batch, outputs in run_plan(self._plan(rows, sort_by_length=False), self._runner.run,
-                                       finite=self._finite, stop_before=gate.stop_before):
+        for batch, outputs in run_plan(self._pair_plan(rows, pairs, sort_by_length=False),
+                                       self._run, finite=self._finite,
+                                       stop_before=gate.stop_before):
             gate.ran(batch)
             self._merge(rows, batch, outputs, everything, run)
             for row_index in batch.rows:
                 rows_done[rows[row_index].item_index] += 1
         return run, rows_done == rows_total
+
+    def _pair_plan(self, rows: Sequence[EncodedRow], pairs: Sequence[Pair], *,
+                   sort_by_length: bool) -> RowPlan:
+        """The batches of `rows` (row.item_index indexes `pairs`)."""
+        return self._plan(rows, sort_by_length=sort_by_length)
+
+    def _run(self, feeds: Feeds) -> np.ndarray:
+        """One planned batch through the model."""
+        return self._runner.run(feeds)
 
     @staticmethod
     def _merge(rows: list[EncodedRow], batch: Batch, outputs: np.ndarray, targets: list[int],
@@ -355,7 +374,7 @@ class Reranker(EngineModel[Pair]):
         settings = (
             self.spec.manifest_hash(), self.device_info.backend, self.device_info.variant,
             self.device_info.precision, self.config.max_length, self.config.long_documents,
-            self.config.window_tokens, self.config.window_overlap_tokens,
+            self.config.window_tokens, self.config.window_overlap_tokens, self.uses_prefix_graph,
         )
         return "|".join(str(setting) for setting in settings)
 
@@ -366,10 +385,10 @@ def planned_feeds(reranker: Reranker, pairs: Sequence[Pair]) -> list[dict[str, n
     Raises:
         TypeError, ValueError: As for `Reranker.score`.
     """
-    rows = reranker._encode(check_pairs(pairs), reranker._instruction(None))
-    plan = reranker._plan(rows, sort_by_length=reranker.config.sort_by_length)
-    return [pad_rows([rows[index] for index in batch.rows], plan.pad_token_id, batch.padded_length)
-            for batch in plan.batches]
+    checked = check_pairs(pairs)
+    rows = reranker._encode(checked, reranker._instruction(None))
+    plan = reranker._pair_plan(rows, checked, sort_by_length=reranker.config.sort_by_length)
+    return [batch_feeds(plan, batch) for batch in plan.batches]
 
 
 def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], None]:
@@ -383,7 +402,7 @@ def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], No
         TypeError, ValueError: As for `Reranker.score`.
     """
     feeds = planned_feeds(reranker, pairs)
-    run = reranker._runner.run
+    run = reranker._run
 
     def run_batches() -> None:
         for feed in feeds:
@@ -398,6 +417,17 @@ class DecoderReranker(Reranker):
 
     kind = ModelKind.DECODER_RERANKER
     needs = "a decoder reranker exported with --recipe"
+
+    def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
+                 encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
+        self._prefix_runner = open_prefix_graph(spec, model_dir, runner, config)
+        super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
+
+    @property
+    def uses_prefix_graph(self) -> bool:
+        """Whether each query's shared prompt head runs once per batch: the prefix_reuse
+        setting is on and the running variant has a prefix graph that passed its gate."""
+        return self._prefix_runner is not None
 
     @classmethod
     def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
@@ -417,6 +447,32 @@ class DecoderReranker(Reranker):
         prompt = cls.row_encoder(tokenizer, spec.max_length, spec.recipe).row_budget()
         length = min(spec.max_length, tokens + prompt.fixed_tokens)
         return cls.row_encoder(tokenizer, length, spec.recipe).encode(cls.probe_items())
+
+    def _pair_plan(self, rows: Sequence[EncodedRow], pairs: Sequence[Pair], *,
+                   sort_by_length: bool) -> RowPlan:
+        """With the prefix graph: batches of one query's rows each, planned over the tokens past
+        the query's shared prefix, which every batch runs once (charged like one more run)."""
+        if self._prefix_runner is None:
+            return self._plan(rows, sort_by_length=sort_by_length)
+        config = self.config
+        charge = run_overhead_tokens(self._runner.info.device, config.max_batch_tokens,
+                                     self._runner.cpu_run_overhead_tokens)
+
+        def plan(lengths: list[int], prefix: int) -> list[Batch]:
+            return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens - prefix,
+                                max_batch_size=config.max_batch_size,
+                                sort_by_length=sort_by_length,
+                                pad_to_multiple=config.pad_to_multiple,
+                                batch_overhead_tokens=charge + prefix)
+
+        batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)
+        return RowPlan(rows, batches, self.spec.pad_token_id)
+
+    def _run(self, feeds: Feeds) -> np.ndarray:
+        """A batch with a shared prefix through the prefix graph, any other whole."""
+        if self._prefix_runner is not None and PREFIX_INPUT in feeds:
+            return self._prefix_runner.run(feeds)
+        return self._runner.run(feeds)
 
 
 class _DeadlineGate:
@@ -443,4 +499,4 @@ class _DeadlineGate:
 
 
 def _tokens(batch: Batch) -> int:
-    return len(batch.rows) * batch.padded_length
+    return len(batch.rows) * batch.padded_length + batch.prefix_length

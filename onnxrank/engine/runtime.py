@@ -35,6 +35,7 @@ from onnxrank.engine.first_use import export_once, exportable
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.engine.tokenize import load_tokenizer
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
 from onnxrank.types import Device, Pair
 
@@ -511,6 +512,35 @@ class _Opener:
         return BACKENDS[candidate.backend].open(
             self.model_dir / variant.file, device=self.device, precision=candidate.precision,
             variant=candidate.variant, threads=self.threads, compile_cache=compile_cache)
+
+
+def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
+                      config: EngineConfig) -> ModelRunner | None:
+    """The prefix graph (onnxrank.engine.prefix) of the variant `runner` runs, opened the same
+    way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, or the
+    variant has no prefix graph that passed its gate at this precision (its own record for a
+    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule).
+
+    Raises:
+        ModelLoadError: The prefix graph is missing, modified or cannot be loaded.
+    """
+    info = runner.info
+    graph = spec.prefix_graphs.get(info.variant)
+    run = next((run for run in VARIANTS[info.variant].runs_as
+                if run.backend == info.backend and run.precision == info.precision), None)
+    if not config.prefix_reuse or graph is None or run is None:
+        return None
+    # a precision with a record of its own (OpenVINO bf16) needs the prefix graph's own too
+    record = graph.fidelity if run.fidelity_key is None else graph.fidelity.get(run.fidelity_key)
+    if not isinstance(record, dict) or record.get("passed") is not True:
+        return None
+    verify_files(spec, model_dir, [], prefix_graphs=(info.variant,))
+    root = compile_cache_root(config)
+    compile_cache = None if root is None else CompileCache(
+        root, content_key=",".join([graph.sha256, *sorted(graph.extra_files.values())]))
+    return BACKENDS[info.backend].open(
+        model_dir / graph.file, device=Device(info.device), precision=info.precision,
+        variant=info.variant, threads=info.threads, compile_cache=compile_cache)
 
 
 def _backend(name: str) -> Backend:

@@ -9,6 +9,8 @@ Layout of an exported model directory (``models/NAME/``)::
     model_fp16.onnx      fp16 for CUDA                                   variant "fp16"
     model_ov_int8.xml    OpenVINO IR, NNCF static int8 for CPU           variant "ov_int8"
     model_ov_int8.bin    its weights (VariantSpec.extra_files)
+    model_prefix.onnx    decoder rerankers: fp32 prefix graph            prefix_graphs["fp32"]
+    model_prefix_ov_int8.xml/.bin  its weight-only int8 IR               prefix_graphs["ov_int8"]
     tokenizer.json       Rust `tokenizers` file, plus the HF config files it came with
 
 Each variant's facts (file, precision, how it runs, extra files) are onnxrank.engine.variants.VARIANTS.
@@ -19,7 +21,8 @@ embedding model's first output is the mean-pooled, L2-normalised embedding [batc
 A rerank graph may have its last encoder layer pruned to the [CLS] row (``graph_rewrites``); its
 logits are the same up to float rounding.
 
-Manifests written before ``extra_files`` and ``graph_rewrites`` existed load with both empty.
+Manifests written before ``extra_files``, ``graph_rewrites`` and ``prefix_graphs`` existed load with
+them empty.
 """
 
 from __future__ import annotations
@@ -136,6 +139,10 @@ class ModelSpec:
     # decoder rerankers only: the prompt recipe as written (PromptRecipe.to_manifest); None for
     # cross-encoders and embedding models. The engine reads it parsed, as `recipe`.
     prompt: dict[str, Any] | None = None
+    # decoder rerankers: the prefix graph of a variant (its name -> the graph's file and its gate
+    # against the variant's own graph under ``fidelity``; onnxrank.engine.prefix); empty when
+    # none was exported or none passed
+    prefix_graphs: dict[str, VariantSpec] = field(default_factory=dict)
     # the model family that exported it (onnxrank.export.families: name, model_type, known, ...)
     family: dict[str, Any] = field(default_factory=dict)
     # variants asked for but left out, name -> {"stage": ..., "reason": ...} (a crash, a missed
@@ -162,6 +169,9 @@ class ModelSpec:
             raise ValueError(
                 f"unknown variant names {sorted(unknown)}; allowed: {', '.join(VARIANT_NAMES)}"
             )
+        if set(self.prefix_graphs) - set(self.variants):
+            raise ValueError(f"prefix graphs of variants that were not exported: "
+                             f"{sorted(set(self.prefix_graphs) - set(self.variants))}")
         if not self.variants:
             raise ValueError(
                 f"a model needs at least one variant; allowed: {', '.join(VARIANT_NAMES)}")
@@ -186,6 +196,9 @@ class ModelSpec:
         fields = dict(data)
         fields["variants"] = {
             name: VariantSpec(**variant) for name, variant in data["variants"].items()
+        }
+        fields["prefix_graphs"] = {
+            name: VariantSpec(**graph) for name, graph in data.get("prefix_graphs", {}).items()
         }
         return cls(**fields)
 
@@ -226,9 +239,11 @@ def load_model_spec(model_dir: str | Path) -> ModelSpec:
         raise ModelLoadError(f"malformed manifest {path}: {err}") from err
 
 
-def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | None = None) -> None:
+def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | None = None, *,
+                 prefix_graphs: tuple[str, ...] = ()) -> None:
     """Check the tokenizer files and the given variants (default: all), each with its extra files
-    (an OpenVINO IR's .bin), against their manifest hashes.
+    (an OpenVINO IR's .bin), and the prefix graphs of `prefix_graphs` (variant names) against
+    their manifest hashes.
 
     Raises:
         ModelLoadError: A file is missing, unreadable, or its sha256 differs from the manifest.
@@ -244,6 +259,9 @@ def verify_files(spec: ModelSpec, model_dir: str | Path, variants: list[str] | N
             )
         expected[spec.variants[name].file] = spec.variants[name].sha256
         expected.update(spec.variants[name].extra_files)
+    for name in prefix_graphs:
+        expected[spec.prefix_graphs[name].file] = spec.prefix_graphs[name].sha256
+        expected.update(spec.prefix_graphs[name].extra_files)
     for file_name, digest in expected.items():
         path = directory / file_name
         try:

@@ -7,18 +7,32 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from onnxrank.engine.batching import plan_batches
+from onnxrank.engine.execution import RowPlan, run_in_order
+from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
-from onnxrank.engine.variants import VARIANTS
+from onnxrank.engine.variants import VARIANTS, RunAs
 from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
-from onnxrank.export.validate import HELD_OUT, compare, run_batches, threshold_failures
+from onnxrank.export.validate import (
+    BATCH_SIZE,
+    HELD_OUT,
+    compare,
+    run_batches,
+    threshold_failures,
+)
 
 if TYPE_CHECKING:
     from onnxrank.export.tasks import ExportTask
 
 logger = logging.getLogger(__name__)
 
+# a prefix graph's scores may differ from its variant's whole-row graph by this share of the
+# whole-row scores' standard deviation on the validation rows (float rounding only)
+PREFIX_TOLERANCE = 1e-4
 # the metrics of a ladder's attempt that its manifest record keeps
 ATTEMPT_METRICS = ("spearman", "spearman_per_query_mean", "top10_overlap", "top10_overlap_min",
                    "max_abs_diff", "cosine_min")
@@ -105,3 +119,80 @@ def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThreshold
     """The manifest's ``thresholds`` of a fidelity record: metric -> "<= 0.01" / ">= 0.98"."""
     return {metric: f"{direction} {threshold:g}"
             for metric, direction, threshold, _ in task.threshold_checks(thresholds, variant)}
+
+
+def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
+                      variant_fidelity: dict[str, Any]) -> dict[str, Any]:
+    """A prefix graph against its variant's whole-row graph, on the validation rows grouped by
+    query as the engine groups them (onnxrank.engine.prefix): the record for its manifest entry.
+
+    fp32 passes when the largest score difference is at most PREFIX_TOLERANCE x the whole-row
+    scores' standard deviation; a quantized variant (whose kernels round differently with other
+    shapes) when ``vs_pytorch``, the usual fidelity metrics against the reference, meets the
+    variant's own thresholds. Each precision that runs the variant's file under a record of its own (OpenVINO
+    bf16) and passed it (`variant_fidelity`) gets a record under the same key, gated like the
+    variant's: its thresholds against the reference.
+
+    Raises:
+        ModelLoadError, InferenceError: A graph could not be opened or run.
+    """
+    facts = VARIANTS[variant]
+    first = facts.runs_as[0]
+    whole, outputs, batches, runner = _prefix_outputs(context, variant, path, first)
+    difference = float(np.abs(outputs - whole).max())
+    spread = float(whole.std())
+    prefix_tokens = {batch.prefix_length for batch in batches}
+    vs_pytorch = compare(context.inputs, context.reference, outputs)
+    if facts.precision == "fp32":
+        gate = f"max_abs_diff <= {PREFIX_TOLERANCE:g} x score_std"
+        passed = difference <= PREFIX_TOLERANCE * spread
+    else:  # int8 kernels round differently with other shapes: the variant's own gate
+        gate = f"the {variant} thresholds against the PyTorch reference (vs_pytorch)"
+        failures = threshold_failures(context.task, variant, vs_pytorch, context.thresholds)
+        passed = not failures
+    record: dict[str, Any] = {
+        "compared_with": f"{facts.file} on the same rows", "gate": gate, "passed": passed,
+        "max_abs_diff": difference, "score_std": spread,
+        "max_abs_diff_limit": PREFIX_TOLERANCE * spread,
+        "rows": len(context.inputs.rows), "batches": len(batches),
+        "prefix_tokens": [min(prefix_tokens), max(prefix_tokens)],
+        "row_tokens_mean": float(np.mean([len(row.ids) for row in context.inputs.rows])),
+        "vs_pytorch": vs_pytorch,
+        "validated_on": f"{runner.info.backend} {runner.info.provider}",
+    }
+    if facts.precision != "fp32":
+        record["failures"] = failures
+    for run in facts.runs_as:
+        own = variant_fidelity.get(run.fidelity_key or "")
+        if run.fidelity_key is None or not (isinstance(own, dict) and own.get("passed") is True):
+            continue  # the whole-row graph was not validated this way: neither is this one
+        whole, outputs, _, _ = _prefix_outputs(context, variant, path, run)
+        metrics = compare(context.inputs, context.reference, outputs)
+        failures = threshold_failures(context.task, run.fidelity_key, metrics, context.thresholds)
+        record[run.fidelity_key] = {
+            **metrics, "max_abs_diff_vs_whole_rows": float(np.abs(outputs - whole).max()),
+            "passed": not failures, "failures": failures,
+            "thresholds": threshold_text(context.task, run.fidelity_key, context.thresholds)}
+    return record
+
+
+def _prefix_outputs(context: ExportContext, variant: str, path: Path,
+                    run: RunAs) -> tuple[np.ndarray, np.ndarray, list[Any], Any]:
+    """The whole-row graph's outputs on the validation rows and the prefix graph's (rows
+    grouped by query), both run as `run` says; the prefix plan's batches and the prefix
+    graph's runner."""
+    backend, precision = run.backend, run.precision
+    inputs = context.inputs
+    whole_graph = open_model_file(context.paths[variant], backend=backend, precision=precision)
+    prefix_graph = open_model_file(path, backend=backend, precision=precision)
+    whole = run_batches(inputs.batches(), whole_graph.run, len(inputs.rows))
+
+    def plan(lengths: list[int], prefix: int) -> list[Any]:
+        return plan_batches(lengths, max_batch_tokens=max(lengths) * BATCH_SIZE,
+                            max_batch_size=BATCH_SIZE)
+
+    batches = plan_prefix_batches(inputs.rows, [inputs.groups[row.item_index]
+                                                for row in inputs.rows], plan)
+    outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
+                           run_with_prefix(prefix_graph.run, whole_graph.run), finite=None)
+    return whole, outputs, batches, prefix_graph

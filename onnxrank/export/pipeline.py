@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
+from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_GRAPH_FILES
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.engine.variants import VARIANTS
@@ -32,11 +33,15 @@ from onnxrank.export.context import (
 )
 from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
-from onnxrank.export.gate import bf16_record, threshold_text, validate_file
+from onnxrank.export.gate import bf16_record, gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
-from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
+from onnxrank.export.quantize_openvino import (
+    DEFAULT_OV_INT8_RECIPES,
+    OvInt8Settings,
+    compress_openvino_int8_weights,
+)
 from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
 from onnxrank.export.tasks import DEFAULT_MODEL, ExportTask, export_task
@@ -176,6 +181,9 @@ class _Traced:
     max_length: int
     graph_files: tuple[str, ...]  # external data files beside model.onnx
     graph_rewrites: dict[str, Any]
+    # the family's prefix graph (decoders): its external data files, or its failed_variants
+    # entry when it could not be exported; None for families without one
+    prefix_graph: tuple[str, ...] | dict[str, Any] | None = None
 
 
 def _export_into(
@@ -230,10 +238,12 @@ def _export_into(
             else:
                 failed[variant] = outcome
                 logger.warning("variant %s left out: %s", variant, outcome["reason"])
+    prefix_records = _gate_prefix_graphs(context, traced, built, failed)
     progress.step("manifest")
+    prefix_graphs = _publish_prefix_graphs(request, traced, prefix_records, work_dir)
     variants = _publish_variants(request, context, built, failed, traced, work_dir)
     spec = _model_spec(request, source, task, traced, name=name, variants=variants, failed=failed,
-                       prompt=prompt, work_dir=work_dir)
+                       prompt=prompt, work_dir=work_dir, prefix_graphs=prefix_graphs)
     write_manifest(spec, work_dir)
     return spec
 
@@ -307,7 +317,14 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
             f"{first_line(err)}; this model type needs a family module in "
             "onnxrank.export.families that says how to trace it"
         ) from err
-    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites)
+    prefix_graph: tuple[str, ...] | dict[str, Any] | None
+    try:
+        prefix_graph = family.export_prefix_graph(loaded, graph_model, scratch / PREFIX_GRAPH_FILE,
+                                                  opset=request.opset)
+    except Exception as err:  # the whole-row graph still serves: record and go on
+        logger.debug("the prefix graph could not be exported", exc_info=True)
+        prefix_graph = {"stage": "build", "reason": first_line(err)}
+    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites, prefix_graph)
 
 
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
@@ -387,6 +404,69 @@ def _gate_fp32(context: ExportContext) -> BuiltVariant:
     return BuiltVariant(fidelity)
 
 
+def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str, BuiltVariant],
+                        failed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each built variant's prefix graph, gated against the variant's whole-row graph: fp32's
+    is the traced model_prefix.onnx, ov_int8's (weight-only families) that file compressed as
+    ov_int8 was. Returns the gate records of those that passed; a failure (build or gate) is
+    added to `failed` as ``prefix_graph:<variant>``, and the whole-row graphs stay."""
+    if traced.prefix_graph is None:
+        return {}
+    if isinstance(traced.prefix_graph, dict):
+        failed["prefix_graph:fp32"] = traced.prefix_graph
+        return {}
+    scratch = context.paths["fp32"].parent
+    wanted = ["fp32"] + (["ov_int8"] if "ov_int8" in built
+                         and context.family.ov_int8_mode == "weight_only" else [])
+    records = {}
+    for variant in wanted:
+        context.progress.step(f"validate {variant} prefix graph")
+        path = scratch / PREFIX_GRAPH_FILES[variant]
+        try:
+            if variant == "ov_int8":
+                source = scratch / PREFIX_GRAPH_FILE
+                compress_openvino_int8_weights(source, path,
+                                               keep_fp32=context.family.fp32_nodes(source))
+            record = gate_prefix_graph(context, variant, path, built[variant].fidelity)
+        except (ImportError, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            logger.debug("the %s prefix graph failed", variant, exc_info=True)
+            failed[f"prefix_graph:{variant}"] = {"stage": "build", "reason": first_line(err)}
+            continue
+        if not record["passed"]:
+            failed[f"prefix_graph:{variant}"] = {
+                "stage": "validation", "fidelity": record,
+                "reason": f"missed its gate ({record['gate']}): max_abs_diff "
+                          f"{record['max_abs_diff']:.3g} against {VARIANTS[variant].file}; "
+                          + "; ".join(record.get("failures", []))}
+            continue
+        records[variant] = record
+    return records
+
+
+def _publish_prefix_graphs(request: ExportRequest, traced: _Traced,
+                           records: dict[str, dict[str, Any]],
+                           work_dir: Path) -> dict[str, VariantSpec]:
+    """Move the passing prefix graphs of the kept variants out of scratch (with their extra
+    files: fp32's external data, the IR's .bin); their manifest entries, keyed by variant."""
+    specs = {}
+    for variant, record in records.items():
+        if variant not in request.variants or not isinstance(traced.prefix_graph, tuple):
+            continue
+        file_name = PREFIX_GRAPH_FILES[variant]
+        extra = traced.prefix_graph if variant == "fp32" else (
+            str(Path(file_name).with_suffix(".bin")),)
+        for name in (file_name, *extra):
+            os.replace(work_dir / SCRATCH_DIR / name, work_dir / name)
+        specs[variant] = VariantSpec(
+            file=file_name, sha256=sha256_file(work_dir / file_name),
+            size_bytes=sum((work_dir / name).stat().st_size for name in (file_name, *extra)),
+            precision=VARIANTS[variant].precision, opset=request.opset, fidelity=record,
+            extra_files={name: sha256_file(work_dir / name) for name in extra})
+    return specs
+
+
 def _build_variant(context: ExportContext, variant: str) -> BuiltVariant | dict[str, Any]:
     """Build and gate one variant: the BuiltVariant, or its failed_variants entry.
 
@@ -450,7 +530,8 @@ def _publish_variants(request: ExportRequest, context: ExportContext,
 def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, traced: _Traced, *,
                 name: str,
                 variants: dict[str, VariantSpec], failed: dict[str, dict[str, Any]],
-                prompt: dict[str, Any] | None, work_dir: Path) -> ModelSpec:
+                prompt: dict[str, Any] | None, work_dir: Path,
+                prefix_graphs: dict[str, VariantSpec]) -> ModelSpec:
     """The manifest of the finished export."""
     loaded, family = traced.loaded, traced.family
     config = loaded.config
@@ -481,6 +562,7 @@ def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, t
         embedding_dim=task.embedding_dim(config),
         graph_rewrites=traced.graph_rewrites,
         prompt=prompt,
+        prefix_graphs=prefix_graphs,
         family=family.describe(config),
         failed_variants=failed,
         notes=notes.strip(),

@@ -36,6 +36,9 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
     (result,) = summary["results"]
     assert (result["scenario"], result["regime"]) == ("decoder", "short/20")
     assert "engine/transformers_fp32" in result["ratios"]
+    # prefix reuse vs the whole rows, where the engine's variant has a prefix graph
+    assert ("engine/engine_no_prefix" in result["ratios"]) != ("engine_no_prefix" in result["skipped"])
+    assert result["workload"]["prefix_tokens_per_row"] >= 0
     benchmarks = json.loads((out / "pytest-benchmark.json").read_text())["benchmarks"]
     assert [entry["extra_info"]["model"] for entry in benchmarks] == [
         f"{load_model_spec(decoder_model_dir).name}: NOT relevance-trained, its scores are NOT "

@@ -1,6 +1,9 @@
 """Decoder reranker (opt-in scenario ``decoder``): a Qwen3-Reranker-0.6B-shaped model, the engine
-vs the same recipe in plain transformers (PyTorch fp32 and bf16), interleaved, per request of 20
-and 50 candidates at short and mixed lengths: pairs/s, p50 and the share of the GEMM ceiling.
+(with prefix reuse, its default) vs the same engine without it (``prefix_reuse=False``: every row
+runs whole) vs the same recipe in plain transformers (PyTorch fp32 and bf16), interleaved, per
+request of 20 and 50 candidates at short and mixed lengths: pairs/s, p50 and the share of the
+GEMM ceiling. The workload records the prefix and own tokens per row, which bound the reuse's
+gain.
 
 The model is RANDOM-INITIALISED (Qwen/Qwen3-0.6B's published config, onnxrank's stand-in
 tokenizer): speed only, its scores mean nothing. Build and export it first (minutes; see
@@ -42,8 +45,9 @@ from onnxrank.bench.workloads import (
     build_workload,
     load_dataset,
 )
+from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.engine.recipe import PromptRecipe
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import Reranker, planned_feeds
 
 SCENARIO = "decoder"
 # The model directory name under --models-dir (the export command above writes it).
@@ -57,7 +61,8 @@ REGIMES = ("short", "mixed")
 # whose median has an interval, fill the cap.
 QUERIES = 6
 TIME_CAP_S = 1500.0
-RATIOS = (("engine", "transformers_fp32"), ("engine", "transformers_bf16"))
+RATIOS = (("engine", "engine_no_prefix"), ("engine", "transformers_fp32"),
+          ("engine", "transformers_bf16"))
 # PyTorch runs bf16 natively with these (else it emulates it, several times slower than fp32: no
 # contender anyone would choose, and it would triple the scenario's time)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -108,6 +113,21 @@ class ModelCardScorer:
             return self._torch.softmax(pair, dim=1)[:, 1].numpy()
 
 
+def _prefix_tokens(engine: Reranker, requests: Sequence[Request]) -> dict[str, float]:
+    """Mean tokens per row of the engine's planned runs: those run once per batch as the query's
+    shared prefix (0 without prefix reuse) and those each row runs itself (past the prefix)."""
+    prefix, own = [], []
+    for request in requests:
+        feeds = planned_feeds(engine, [(request.query, document)
+                                       for document in request.documents])
+        for feed in feeds:
+            shared = feed[PREFIX_INPUT].shape[1] if PREFIX_INPUT in feed else 0
+            own += feed["attention_mask"].sum(axis=1).tolist()
+            prefix += [shared] * len(feed["input_ids"])
+    return {"prefix_tokens_per_row": float(np.mean(prefix)),
+            "own_tokens_per_row": float(np.mean(own))}
+
+
 def _decoder_dir(bench: BenchRun) -> Path:
     directory = bench.models_dir / DECODER_MODEL
     if not (directory / "manifest.json").is_file():
@@ -136,6 +156,16 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     contenders: list[Contender[Sequence[Request]]] = [engine_contender(
         "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
     skipped: dict[str, str] = {}
+    if engine.uses_prefix_graph:
+        whole_rows = Reranker.from_dir(model_dir, bench.engine_config(device, prefix_reuse=False))
+        contenders.append(engine_contender(
+            "engine_no_prefix", f"the same engine without prefix reuse ({bench.engine_label()})",
+            whole_rows))
+    else:
+        skipped["engine_no_prefix"] = (
+            f"the engine runs no prefix graph here ({engine.device_info.backend}/"
+            f"{engine.device_info.precision}: prefix_reuse off, or the running variant has no "
+            "prefix graph that passed its gate)")
     checkpoint = Path(str(engine.spec.source.get("path", "")))
     recipe = engine.spec.recipe
     for name, dtype in (("transformers_fp32", "float32"), ("transformers_bf16", "bfloat16")):
@@ -170,7 +200,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     measured = workload.requests[:len(timings.seconds[contenders[0].name])]
     description = dataclasses.replace(workload, requests=measured).describe()
     description.update({"model": f"{engine.spec.name}: random weights, speed only",
-                        "candidates": candidates})
+                        "candidates": candidates, **_prefix_tokens(engine, measured)})
     result = summarize(SCENARIO, label, device, contenders, timings, ratios=ratios,
                        skipped=skipped, workload=description,
                        flops_per_item=flops_per_item[:len(measured)])

@@ -12,7 +12,8 @@ import numpy as np
 from onnxrank.errors import ModelLoadError
 from onnxrank.types import Device
 
-GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# prefix_ids: a decoder's prefix graph (onnxrank.engine.prefix)
+GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "prefix_ids")
 CompileCacheState = Literal["hit", "miss", "off"]
 
 

@@ -115,6 +115,13 @@ class Family:
                       opset=opset)
         return ()
 
+    def export_prefix_graph(self, loaded: LoadedModel, model: Any, out_path: Path, *,
+                            opset: int) -> tuple[str, ...] | None:
+        """Write the prefix graph (onnxrank.engine.prefix) of a family whose rows share a
+        prompt head; returns the external data files written beside it, or None for a family
+        without one (every family but the decoders)."""
+        return None
+
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         """The unpruned PyTorch rerank model as run(feeds) -> [batch, 1]: the reference every
         variant meets (embedding references are sentence-transformers' own)."""

@@ -19,6 +19,12 @@ What the exported graph computes, and why it is exact and small:
   Qwen3; the raw logit or logit difference for the others). No KV cache, no generation.
 * the score head is the module ``score_head`` (graph nodes ``/score_head/...``): the int8
   variants keep it in fp32 (`fp32_nodes`), as a quantized head collapses the scores.
+* beside it, the prefix graph (`prefix_score_graph`, model_prefix.onnx): ``prefix_ids`` [1, P]
+  shared by every row of a batch, then ``input_ids`` / ``attention_mask`` [batch, D] of each
+  row's own tokens; the body runs once on the prefix with a cache (transformers' DynamicCache,
+  keys and values expanded to the batch) and once on the rows at positions P..P+D-1. Its scores
+  are the score graph's on the whole rows (the export gates it at 1e-4 x their spread;
+  onnxrank.engine.prefix runs it).
 
 The PyTorch reference is the unmodified model: full vocabulary logits at each row's last real
 token, the score kind's weighted sum of the answer logits taken from them.
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
 
@@ -101,6 +108,55 @@ def score_graph(model: Any, *, answer_ids: tuple[int, ...],
     return DecoderScoreGraph().eval()
 
 
+def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
+                       weights: tuple[float, ...]) -> torch.nn.Module:
+    """The module of the prefix graph: (prefix_ids, input_ids, attention_mask) -> the score of
+    each row ``prefix + continuation``, equal to `score_graph` on the whole row.
+
+    The body runs once on the prefix [1, P] with a cache; each layer's keys and values are
+    expanded (not copied) to the batch, and the body runs on the right-padded continuations
+    [batch, D] at positions P..P+D-1 with a [batch, 1, D, P+D] mask: every prefix key visible,
+    causal and padding on the continuation. The score head is `score_graph`'s module (the same
+    ``score_head`` node names, kept fp32 by the int8 variants).
+    """
+    torch = require("torch", extra="export")
+    transformers = require("transformers", extra="export")
+    scorer = score_graph(model, answer_ids=answer_ids, weights=weights)
+
+    class DecoderPrefixScoreGraph(torch.nn.Module):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = model.model
+            self.add_module(SCORE_HEAD, getattr(scorer, SCORE_HEAD))
+
+        def forward(self, prefix_ids: Any, input_ids: Any, attention_mask: Any) -> Any:
+            prefix_mask = torch.ones_like(prefix_ids)
+            cache = transformers.DynamicCache(config=self.body.config)
+            self.body(input_ids=prefix_ids, attention_mask=causal_mask(prefix_mask),
+                      past_key_values=cache, use_cache=True)
+            batch = input_ids.shape[0]
+            for layer in cache.layers:
+                layer.keys = layer.keys.expand(batch, -1, -1, -1)
+                layer.values = layer.values.expand(batch, -1, -1, -1)
+            prefix_length = prefix_ids.shape[1]
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device) + prefix_length
+            mask = causal_mask(attention_mask)
+            prefix_columns = torch.zeros((batch, 1, input_ids.shape[1], prefix_length),
+                                         dtype=mask.dtype, device=mask.device)
+            # every continuation token sees the whole prefix (padding positions too: their
+            # outputs are never read, and a row of only masked keys would give NaN)
+            hidden = self.body(input_ids=input_ids,
+                               attention_mask=torch.cat([prefix_columns, mask], dim=3),
+                               position_ids=positions[None, :].expand(batch, -1),
+                               cache_position=positions, past_key_values=cache,
+                               use_cache=True).last_hidden_state
+            last = attention_mask.sum(dim=1) - 1
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            return getattr(self, SCORE_HEAD)(hidden[rows, last].float())
+
+    return DecoderPrefixScoreGraph().eval()
+
+
 def causal_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """[batch, 1, sequence, sequence] additive mask: 0 where a query may attend, float32 min
     where the key is later than the query or padding (what transformers builds from a 2-D mask)."""
@@ -146,20 +202,44 @@ def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) ->
         The external data file names written beside `out_path` (empty for a self-contained file).
     """
     torch = require("torch", extra="export")
+    # batch 2 x sequence 16: distinct sizes so the exporter cannot confuse the two axes
+    dummy = (torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long))
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    return _export(graph, out_path, dummy, INPUT_NAMES, axes, opset=opset)
+
+
+def export_prefix_graph(graph: torch.nn.Module, out_path: Path, *,
+                        opset: int) -> tuple[str, ...]:
+    """torch.onnx.export a `prefix_score_graph` to `out_path` (dynamic prefix length, batch and
+    continuation length), its weights kept like `export_score_graph`'s.
+
+    Returns:
+        The external data file names written beside `out_path`.
+    """
+    torch = require("torch", extra="export")
+    # prefix 5, batch 2, continuation 16: three distinct sizes
+    dummy = (torch.ones((1, 5), dtype=torch.long), torch.ones((2, 16), dtype=torch.long),
+             torch.ones((2, 16), dtype=torch.long))
+    axes = {PREFIX_INPUT: {1: "prefix"},
+            **{name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}}
+    return _export(graph, out_path, dummy, (PREFIX_INPUT, *INPUT_NAMES), axes, opset=opset)
+
+
+def _export(graph: torch.nn.Module, out_path: Path, dummy: tuple[Any, ...],
+            input_names: tuple[str, ...], axes: dict[str, dict[int, str]], *,
+            opset: int) -> tuple[str, ...]:
+    torch = require("torch", extra="export")
     onnx = require("onnx", extra="export")
     out_path = Path(out_path)
     staging = out_path.parent / f".{out_path.stem}-export"
     staging.mkdir(parents=True, exist_ok=True)
     traced = staging / out_path.name
-    # batch 2 x sequence 16: distinct sizes so the exporter cannot confuse the two axes
-    dummy = (torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long))
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    axes[OUTPUT_NAME] = {0: "batch"}
+    axes = {**axes, OUTPUT_NAME: {0: "batch"}}
     with torch.inference_mode(), warnings.catch_warnings():
         # the TorchScript exporter, as for cross-encoders (onnxrank.export.onnx); its
         # deprecation notice and tracer warnings are not something the user can act on
         warnings.simplefilter("ignore")
-        torch.onnx.export(graph, dummy, str(traced), input_names=list(INPUT_NAMES),
+        torch.onnx.export(graph, dummy, str(traced), input_names=list(input_names),
                           output_names=[OUTPUT_NAME], dynamic_axes=axes, opset_version=opset,
                           do_constant_folding=True, dynamo=False)
     # the exporter spreads large weights over one file per tensor: gather them into one
@@ -221,6 +301,12 @@ class DecoderFamily(Family):
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
         return export_score_graph(module, out_path, opset=opset)
+
+    def export_prefix_graph(self, loaded: LoadedModel, model: Any, out_path: Path, *,
+                            opset: int) -> tuple[str, ...] | None:
+        graph = prefix_score_graph(model, answer_ids=self.answer_ids(loaded),
+                                   weights=self.recipe(loaded).score_kind.weights)
+        return export_prefix_graph(graph, out_path, opset=opset)
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         return reference_runner(loaded.model, answer_ids=self.answer_ids(loaded),
@@ -298,7 +384,8 @@ class DecoderFamily(Family):
     def describe(self, config: Any) -> dict[str, Any]:
         return {**super().describe(config), "graph": "logits = the recipe's score kind (weighted "
                 "answer-token logits) at each row's last real token; vocabulary projection pruned "
-                "to that one row, kept fp32; no KV cache"}
+                "to that one row, kept fp32; no KV cache; model_prefix.onnx runs a shared "
+                "prompt head once per batch (prefix_graphs)"}
 
 
 FAMILY = DecoderFamily()

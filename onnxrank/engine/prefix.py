@@ -1,0 +1,95 @@
+"""Prefix reuse for decoder rerankers: the tokens a query's rows share run once per batch.
+
+Every row of a query starts with the same tokens (the recipe's prefix, the instruction and the
+query: onnxrank.engine.prompt tokenizes the pieces apart, so they are the same ids in every row).
+A decoder export with a prefix graph (the manifest's ``prefix_graphs``;
+onnxrank.export.families.decoder.prefix_score_graph) takes them once as ``prefix_ids`` [1, P] and
+each row's own tokens (document, template tail, suffix) as right-padded ``input_ids`` /
+``attention_mask`` [batch, D]; its scores equal the whole-row graph's to float rounding.
+
+`plan_prefix_batches` groups rows by query, finds each group's shared prefix once and plans the
+group's batches over the rows' own lengths, charging the prefix once per batch; `run_plan`
+(onnxrank.engine.execution) then feeds a batch's prefix beside its rows' remainders
+(`prefix_feeds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+
+from onnxrank.engine.batching import Batch
+from onnxrank.engine.rows import EncodedRow
+
+# the prefix graphs' files in an exported model directory, per variant they are gated against:
+# fp32's is traced, ov_int8's is fp32's compressed as ov_int8 was (weight-only families)
+PREFIX_GRAPH_FILES = {"fp32": "model_prefix.onnx", "ov_int8": "model_prefix_ov_int8.xml"}
+PREFIX_GRAPH_FILE = PREFIX_GRAPH_FILES["fp32"]
+# the prefix graph's extra input: the token ids every row of a batch starts with, [1, prefix]
+PREFIX_INPUT = "prefix_ids"
+# plan(own lengths of a group's rows, prefix length) -> batches indexing those lengths
+PlanGroup = Callable[[list[int], int], list[Batch]]
+Feeds = dict[str, np.ndarray]
+
+
+def shared_prefix_length(rows: Sequence[EncodedRow]) -> int:
+    """Tokens every row starts with, leaving each row at least its last token (the one scored)."""
+    shortest = min(len(row.ids) for row in rows) - 1
+    if shortest <= 0:
+        return 0
+    heads = np.stack([row.ids[:shortest] for row in rows])
+    differs = (heads != heads[0]).any(axis=0)
+    return int(np.argmax(differs)) if differs.any() else shortest
+
+
+def plan_prefix_batches(rows: Sequence[EncodedRow], groups: Sequence[Hashable],
+                        plan: PlanGroup) -> list[Batch]:
+    """Batches of rows of one group each (`groups[i]` is row i's query), with the group's shared
+    prefix length: groups in order of first appearance, each planned by `plan` over its rows'
+    lengths past the prefix.
+
+    Args:
+        rows: Encoded rows.
+        groups: One key per row; rows of one key share their prompt's head.
+        plan: Cuts a group's rows (their lengths past the prefix) into batches, given the
+            prefix length (which every batch runs once).
+    """
+    members: dict[Hashable, list[int]] = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    batches = []
+    for indices in members.values():
+        group_rows = [rows[index] for index in indices]
+        prefix = shared_prefix_length(group_rows)
+        order = np.asarray(indices, dtype=np.intp)
+        for batch in plan([len(row.ids) - prefix for row in group_rows], prefix):
+            batches.append(Batch(rows=order[batch.rows], padded_length=batch.padded_length,
+                                 prefix_length=prefix))
+    return batches
+
+
+def prefix_feeds(rows: Sequence[EncodedRow], pad_token_id: int, padded_length: int,
+                 prefix_length: int) -> Feeds:
+    """A prefix batch's inputs: the first `prefix_length` tokens the rows share, once, as
+    ``prefix_ids`` [1, prefix], and each row's tokens past them right-padded to
+    `padded_length` (``input_ids``, ``attention_mask``)."""
+    input_ids = np.full((len(rows), padded_length), pad_token_id, dtype=np.int64)
+    attention_mask = np.zeros((len(rows), padded_length), dtype=np.int64)
+    for position, row in enumerate(rows):
+        size = len(row.ids) - prefix_length
+        input_ids[position, :size] = row.ids[prefix_length:]
+        attention_mask[position, :size] = 1
+    return {PREFIX_INPUT: rows[0].ids[None, :prefix_length], "input_ids": input_ids,
+            "attention_mask": attention_mask}
+
+
+def run_with_prefix(prefix_run: Callable[[Feeds], np.ndarray],
+                    plain_run: Callable[[Feeds], np.ndarray]) -> Callable[[Feeds], np.ndarray]:
+    """One run for a plan of prefix batches: feeds with a prefix go to the prefix graph, the
+    others (a group whose rows share no token) to the whole-row graph."""
+
+    def run(feeds: Feeds) -> np.ndarray:
+        return prefix_run(feeds) if PREFIX_INPUT in feeds else plain_run(feeds)
+
+    return run

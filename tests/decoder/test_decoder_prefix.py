@@ -1,0 +1,147 @@
+"""Prefix reuse on every built-in recipe's tiny export: the prefix graph passed its gate, its
+scores equal the whole-row graph's and the model card's, a row's score does not depend on its
+batch mates, long documents' windows and rerank_many reuse the prefix, and prefix_reuse=False
+runs the whole rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_INPUT
+from onnxrank.engine.reranker import Reranker, planned_feeds
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.export.validate import load_validation_pairs
+
+QUERY = "what is known about wing flutter at high speeds"
+LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)
+
+
+@pytest.fixture(scope="session")
+def whole_rows(recipe_model_dir: Path) -> Reranker:
+    """The same export and variant as recipe_fp32, with prefix reuse off."""
+    return Reranker.from_dir(recipe_model_dir, device="cpu", backend="onnxruntime",
+                             precision="fp32", threads=1, prefix_reuse=False)
+
+
+def _pairs() -> list[tuple[str, str]]:
+    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(16)]
+    return pairs + [("wing flutter", LONG), ("flutter", "")]
+
+
+def test_the_prefix_graph_passed_its_gate(recipe_name: str, recipe_model_dir: Path) -> None:
+    graph = load_model_spec(recipe_model_dir).prefix_graphs["fp32"]
+    record = graph.fidelity
+    assert graph.file == PREFIX_GRAPH_FILE and (recipe_model_dir / graph.file).is_file()
+    assert record["passed"] is True, f"{recipe_name}: {record}"
+    assert record["max_abs_diff_limit"] == pytest.approx(1e-4 * record["score_std"])
+    assert record["max_abs_diff"] <= record["max_abs_diff_limit"]
+    assert record["prefix_tokens"][0] > 0 and record["vs_pytorch"]["spearman"] >= 0.999
+
+
+def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
+                                                              recipe_model_dir: Path) -> None:
+    spec = load_model_spec(recipe_model_dir)
+    assert "ov_int8" in spec.variants, f"{recipe_name}: ov_int8 was not built"
+    graph = spec.prefix_graphs["ov_int8"]
+    assert graph.fidelity["passed"] is True and graph.precision == "int8"
+    assert graph.fidelity["compared_with"].startswith("model_ov_int8.xml")
+    options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
+    reused = Reranker.from_dir(recipe_model_dir, **options)
+    whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options)
+    assert reused.uses_prefix_graph and not whole.uses_prefix_graph
+    pairs = _pairs()
+    expected = whole.score(pairs)
+    assert np.abs(reused.score(pairs) - expected).max() <= 1e-4 * expected.std()
+
+
+def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
+        recipe_name: str, recipe_fp32: Reranker, whole_rows: Reranker, recipe_card: Any) -> None:
+    assert recipe_fp32.uses_prefix_graph and not whole_rows.uses_prefix_graph
+    pairs = _pairs()
+    reused, whole = recipe_fp32.score(pairs), whole_rows.score(pairs)
+    assert np.abs(reused - whole).max() <= 1e-4 * whole.std(), f"{recipe_name}: {reused} vs {whole}"
+    expected = recipe_card.score(pairs)
+    assert np.abs(recipe_fp32.activate(reused) - expected).max() <= 1e-4
+
+
+def test_a_rows_score_does_not_depend_on_its_batch_mates(recipe_fp32: Reranker) -> None:
+    pairs = _pairs()[:6] + [(QUERY, "wings"), ("boundary layer", "a flat plate")]
+    together = recipe_fp32.score(pairs)
+    alone = np.array([recipe_fp32.score([pair])[0] for pair in pairs])
+    assert np.abs(alone - together).max() <= 1e-5 * max(1.0, float(np.abs(together).max()))
+
+
+def test_long_documents_windows_reuse_the_prefix(recipe_model_dir: Path) -> None:
+    options = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32", "threads": 1,
+               "long_documents": "max_chunk", "window_tokens": 32, "window_overlap_tokens": 8}
+    reused = Reranker.from_dir(recipe_model_dir, **options)
+    whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options)
+    pairs = [(QUERY, LONG), ("speed", LONG[:300]), (QUERY, "wings")]
+    left, right = reused.score_detailed(pairs), whole.score_detailed(pairs)
+    assert np.abs(left.scores - right.scores).max() <= 1e-4 * max(1e-3, float(right.scores.std()))
+    assert left.spans == right.spans and left.spans[0] != (0, len(LONG))
+    # every window of a query's documents runs with that query's prefix, once per batch
+    feeds = planned_feeds(reused, pairs)
+    assert all(PREFIX_INPUT in feed for feed in feeds)
+    assert sum(len(feed["input_ids"]) for feed in feeds) == sum(row for row, _ in left.batches)
+
+
+def test_rerank_many_runs_each_querys_prefix_once_per_batch(recipe_fp32: Reranker,
+                                                            whole_rows: Reranker) -> None:
+    requests = [(QUERY, ["wings", "Boundary layer transition.", LONG[:200]]),
+                ("boundary layer", ["a flat plate", "wings"])]
+    reused, whole = recipe_fp32.rerank_many(requests), whole_rows.rerank_many(requests)
+    for left, right in zip(reused, whole):
+        assert [r.index for r in left] == [r.index for r in right]
+        assert np.allclose([r.score for r in left], [r.score for r in right], atol=1e-6)
+    pairs = [(query, document) for query, documents in requests for document in documents]
+    feeds = planned_feeds(recipe_fp32, pairs)
+    rows = recipe_fp32._encode(pairs, recipe_fp32._instruction(None))
+    # every batch holds one query's rows, fed its prefix once and each row's tokens past it
+    rows_per_prefix: dict[tuple[int, ...], list[int]] = {}
+    for feed in feeds:
+        prefix = feed[PREFIX_INPUT][0].tolist()
+        lengths = feed["attention_mask"].sum(axis=1) + len(prefix)
+        rows_per_prefix.setdefault(tuple(prefix), []).extend(lengths.tolist())
+    assert len(rows_per_prefix) == 2
+    for (first, count), (prefix, lengths) in zip([(0, 3), (3, 2)], rows_per_prefix.items()):
+        own = rows[first:first + count]
+        assert all(row.ids[:len(prefix)].tolist() == list(prefix) for row in own)
+        assert sorted(lengths) == sorted(len(row.ids) for row in own)
+
+
+def test_prefix_reuse_off_runs_whole_rows_and_fits_fewer_rows(recipe_model_dir: Path,
+                                                              whole_rows: Reranker) -> None:
+    pairs = [(QUERY, f"passage {index} about wings and flutter") for index in range(12)]
+    assert not any(PREFIX_INPUT in feed for feed in planned_feeds(whole_rows, pairs))
+    budget = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32", "threads": 1,
+              "max_batch_tokens": 2 * whole_rows.max_length}
+    reused = Reranker.from_dir(recipe_model_dir, **budget)
+    whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **budget)
+    # the budget counts each row's own tokens plus the prefix once: fewer runs fit it
+    feeds = planned_feeds(reused, pairs)
+    assert len(feeds) < len(planned_feeds(whole, pairs))
+    assert all(feed["input_ids"].size + feed[PREFIX_INPUT].size <= 2 * whole_rows.max_length
+               for feed in feeds)
+    assert np.abs(reused.score(pairs) - whole.score(pairs)).max() <= 1e-5
+
+
+def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
+        recipe_name: str, recipe_model_dir: Path) -> None:
+    default = Reranker.from_dir(recipe_model_dir, device="cpu")
+    info = default.device_info
+    spec = load_model_spec(recipe_model_dir)
+    # onnxruntime int8 has no prefix graph; every other variant here (fp32 and OpenVINO's,
+    # bf16 included where the CPU has it) has one that passed its gate
+    assert default.uses_prefix_graph == (info.variant in spec.prefix_graphs), \
+        f"{recipe_name}: {info.backend}/{info.precision}"
+    whole = Reranker.from_dir(recipe_model_dir, device="cpu", backend=info.backend,
+                              precision=info.precision, prefix_reuse=False)
+    pairs = _pairs()
+    expected = whole.score(pairs)
+    # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
+    assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()

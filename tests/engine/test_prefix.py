@@ -1,0 +1,42 @@
+"""Prefix planning (onnxrank.engine.prefix): the shared prefix of a query's rows and the batches
+of one query each, planned over the rows' own tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxrank.engine.batching import Batch, plan_batches
+from onnxrank.engine.execution import RowPlan, batch_feeds
+from onnxrank.engine.prefix import PREFIX_INPUT, plan_prefix_batches, shared_prefix_length
+from onnxrank.engine.rows import EncodedRow
+
+
+def _row(ids: list[int], index: int = 0) -> EncodedRow:
+    array = np.asarray(ids, dtype=np.int64)
+    return EncodedRow(ids=array, type_ids=np.zeros_like(array), item_index=index)
+
+
+def test_the_shared_prefix_leaves_every_row_its_last_token() -> None:
+    assert shared_prefix_length([_row([1, 2, 3, 4]), _row([1, 2, 5]), _row([1, 2, 3])]) == 2
+    assert shared_prefix_length([_row([1, 2, 3]), _row([1, 2, 3])]) == 2
+    assert shared_prefix_length([_row([1, 2, 3])]) == 2
+    assert shared_prefix_length([_row([7, 2, 3]), _row([1, 2, 3])]) == 0
+    assert shared_prefix_length([_row([1]), _row([1, 2])]) == 0
+
+
+def test_batches_hold_one_group_each_and_feed_its_prefix_once() -> None:
+    rows = [_row([9, 9, 1, 5, 5]), _row([8, 8, 8, 2]), _row([9, 9, 1, 6]), _row([8, 8, 8, 3, 3])]
+    seen: list[tuple[list[int], int]] = []
+
+    def plan(lengths: list[int], prefix: int) -> list[Batch]:
+        seen.append((lengths, prefix))
+        return plan_batches(lengths, max_batch_tokens=100, max_batch_size=8, pad_to_multiple=2)
+
+    batches = plan_prefix_batches(rows, ["a", "b", "a", "b"], plan)
+    assert seen == [([2, 1], 3), ([1, 2], 3)]  # groups in order of first appearance
+    assert [(batch.rows.tolist(), batch.prefix_length) for batch in batches] == [
+        ([2, 0], 3), ([1, 3], 3)]
+    feeds = batch_feeds(RowPlan(rows, batches, pad_token_id=0), batches[1])
+    assert feeds[PREFIX_INPUT].tolist() == [[8, 8, 8]]
+    assert feeds["input_ids"].tolist() == [[2, 0], [3, 3]]
+    assert feeds["attention_mask"].tolist() == [[1, 0], [1, 1]]
