@@ -20,6 +20,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import bench_outside_xdist
 import onnxruntime as ort
 import openvino
 import pytest
@@ -47,7 +48,8 @@ SHIPPED_SUITE_FILES = (
 def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`onnxrank bench` of the checkout, in a subprocess."""
     return subprocess.run([sys.executable, "-m", "onnxrank", "bench", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+                          env=bench_outside_xdist.environment(), capture_output=True, text=True,
+                          timeout=900)
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -86,7 +88,7 @@ def quick_run(installed: Path, tiny_model_dir: Path, tiny_embedder_dir: Path,
               ) -> tuple[subprocess.CompletedProcess[str], Path]:
     # A directory with no checkout in sight; the installed console script; no --out.
     work = tmp_path_factory.mktemp("bench-quick")
-    environment = {**os.environ, "PYTHONPATH": str(installed)}
+    environment = bench_outside_xdist.environment(PYTHONPATH=str(installed))
     where = subprocess.run([sys.executable, "-c", "import onnxrank; print(onnxrank.__file__)"],
                            cwd=work, env=environment, capture_output=True, text=True, check=True)
     assert where.stdout.strip() == str(installed / "onnxrank" / "__init__.py")
@@ -371,7 +373,7 @@ def test_engine_flags_and_twins_reach_every_engine_contender(tiny_model_dir: Pat
                                                              tmp_path: Path) -> None:
     # --precision as a flag, max_batch_size through its global twin; ONNXRANK_THREADS is the
     # engine's twin, which the bench's own --threads (ONNXRANK_BENCH_THREADS) does not read.
-    environment = {**os.environ, "ONNXRANK_MAX_BATCH_SIZE": "32", "ONNXRANK_THREADS": "1"}
+    environment = bench_outside_xdist.environment(ONNXRANK_MAX_BATCH_SIZE="32", ONNXRANK_THREADS="1")
     out = tmp_path / "report"
     completed = subprocess.run(
         [sys.executable, "-m", "onnxrank", "bench", "--quick", "--model", str(tiny_model_dir),

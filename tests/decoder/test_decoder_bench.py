@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench_outside_xdist
+
 from onnxrank.bench.suite.test_decoder import DECODER_MODEL
 from onnxrank.engine.spec import load_model_spec
 
@@ -28,7 +30,8 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
          "--bench-quick", f"--bench-models-dir={models}", "--bench-device=cpu",
          "--bench-regimes=short", "--bench-threads=1", f"--bench-out={out}",
          f"--benchmark-json={out / 'pytest-benchmark.json'}", "-k", "20"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+        cwd=tmp_path, env=bench_outside_xdist.environment(), capture_output=True, text=True,
+        timeout=600, check=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["model"]["label"] == (
