@@ -91,6 +91,21 @@ def tiny_embedder_dir(
     return out_dir
 
 
+# --- costliest files first ---------------------------------------------------------------------
+# pytest-xdist hands whole files to its two workers in collection order (--dist loadfile
+# --no-loadscope-reorder): a file that exports models, started last, keeps one worker busy for
+# minutes while the other idles. Files marked costly(seconds) go first, costliest first; the rest
+# keep their order.
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def cost(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("costly")
+        return -marker.args[0] if marker else 0.0
+
+    items.sort(key=cost)
+
+
 # --- skips fail the run -------------------------------------------------------------------------
 # A test that skips because something is missing hides missing behaviour behind a green run.
 # Only tests marked `gpu` may skip (this machine and CI have no GPU).

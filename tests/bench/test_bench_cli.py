@@ -32,6 +32,8 @@ from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
 from onnxrank.cli import bench_cmd, build_parser, main
 from onnxrank.cli.bench_cmd import OPT_IN_SCENARIO_FILES, SCENARIO_FILES, parse_scenarios, scenario_files
 
+pytestmark = pytest.mark.costly(150)
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()

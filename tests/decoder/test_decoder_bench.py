@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import bench_outside_xdist
+import pytest
 
 from onnxrank.bench.suite.test_decoder import DECODER_MODEL
 from onnxrank.engine.spec import load_model_spec
+
+pytestmark = pytest.mark.costly(15)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
 from retrieval_fixtures import CORPUS, write_model_dir  # noqa: E402
 from serve_helpers import running_server  # noqa: E402
 
+pytestmark = pytest.mark.costly(35)
+
 QUERY = "what is known about wing flutter at high speeds"
 DOCUMENTS = ["The flutter of aircraft wings at transonic speeds was studied in a wind tunnel.",
              "Boundary layer transition on a flat plate.", "wings", ""]

@@ -16,6 +16,8 @@ from onnxrank.engine.reranker import Reranker, planned_feeds
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.validate import load_validation_pairs
 
+pytestmark = pytest.mark.costly(50)
+
 QUERY = "what is known about wing flutter at high speeds"
 LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)
 

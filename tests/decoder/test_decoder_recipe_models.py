@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from onnxrank.engine.recipe import SCORES
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.recipes import BUILTIN_RECIPES
 from onnxrank.export.validate import load_validation_pairs
+
+pytestmark = pytest.mark.costly(90)
 
 QUERY = "what is known about wing flutter at high speeds"
 LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)

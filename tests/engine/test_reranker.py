@@ -17,6 +17,8 @@ from onnxrank.engine.ranking import fallback_ranking
 from onnxrank.engine.reranker import inference_only
 from onnxrank.errors import InferenceError
 
+pytestmark = pytest.mark.costly(20)
+
 # onnxruntime's CPU EP named explicitly: with backend="auto" a machine probe picks the runtime
 ON_CPU = {"device": "cpu", "backend": "onnxruntime"}
 QUERY = "what similarity laws must be obeyed when constructing aeroelastic models"

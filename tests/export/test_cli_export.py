@@ -11,6 +11,8 @@ import pytest
 from onnxrank.cli import main
 from onnxrank.engine.spec import load_model_spec
 
+pytestmark = pytest.mark.costly(30)
+
 QUICK = ["--validation-pairs", "16", "--quiet"]
 
 

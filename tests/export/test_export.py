@@ -36,6 +36,8 @@ from onnxrank.export.validate import (
     run_batches,
 )
 
+pytestmark = pytest.mark.costly(50)
+
 # how each variant runs: (backend, precision) for onnxrank.engine.runtime.open_model_file
 RUNTIME = {"fp32": ("onnxruntime", "fp32"), "opt": ("onnxruntime", "opt"),
            "int8": ("onnxruntime", "int8"), "fp16": ("onnxruntime", "fp16"),

@@ -24,6 +24,8 @@ from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import families, family_for
 from onnxrank.export.fidelity import score_metrics
 
+pytestmark = pytest.mark.costly(140)
+
 if TYPE_CHECKING:
     from onnxrank.export.pipeline import ExportResult
 

@@ -12,6 +12,8 @@ from child_process import in_child_process
 from onnxrank.export.pipeline import ExportRequest, export_model
 from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantized_nodes
 
+pytestmark = pytest.mark.costly(16)
+
 
 @pytest.fixture(scope="module")
 def modernbert_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -15,6 +15,8 @@ from scoring_fixtures import make_lines
 
 from onnxrank.cli import main
 
+pytestmark = pytest.mark.costly(16)
+
 ROWS = 45
 
 
