@@ -43,6 +43,12 @@ logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 16
 BATCH_EFFECT_SIZE = 64
+# A batch holds at most batch_size x BATCH_ROW_TOKENS padded tokens (the engine's default budget:
+# 16 rows of 512), so rows up to 512 tokens fill it and longer ones come fewer at a time.
+# Attention's [rows, heads, length, length] tensors grow with the square of the padded length: on
+# a 4-head tiny ModernBERT (8,192 positions, rows to ~2,200 tokens) onnxruntime took 3.9 GB for
+# 16 rows and OpenVINO int8 4.3 GB for batch_dependence's 48 (docs/export.md, ModernBERT).
+BATCH_ROW_TOKENS = 512
 TUNING, HELD_OUT = "tuning", "held_out"
 PARTS = (TUNING, HELD_OUT)
 # The held-out query groups: 13 Cranfield and 7 CACM queries (320 of the 528 pairs). The first seven
@@ -125,8 +131,9 @@ def load_calibration_pairs() -> list[ValidationPair]:
 
 def length_batches(rows: Sequence[EncodedRow], pad_id: int,
                    batch_size: int = BATCH_SIZE) -> RowPlan:
-    """Rows sorted by length (stable) and cut into consecutive batches of `batch_size`, each
-    padded to its longest row: the batches every variant's numbers were measured on."""
+    """Rows sorted by length (stable) and cut into consecutive batches of `batch_size` (fewer
+    where rows are longer than BATCH_ROW_TOKENS), each padded to its longest row: the batches
+    every variant's numbers were measured on."""
     order = np.argsort([len(row.ids) for row in rows], kind="stable")
     in_order = _consecutive([rows[index] for index in order], pad_id, batch_size)
     return RowPlan(rows, [Batch(rows=order[batch.rows], padded_length=batch.padded_length)
@@ -134,9 +141,10 @@ def length_batches(rows: Sequence[EncodedRow], pad_id: int,
 
 
 def _consecutive(rows: Sequence[EncodedRow], pad_id: int, batch_size: int) -> RowPlan:
-    """Rows in input order, cut into consecutive batches of `batch_size` (no token budget)."""
+    """Rows in input order, cut into consecutive batches of `batch_size` rows and at most
+    `batch_size` x BATCH_ROW_TOKENS padded tokens (a longer row alone gets a batch of one)."""
     lengths = [len(row.ids) for row in rows]
-    batches = plan_batches(lengths, max_batch_tokens=max(lengths, default=1) * batch_size,
+    batches = plan_batches(lengths, max_batch_tokens=BATCH_ROW_TOKENS * batch_size,
                            max_batch_size=batch_size, sort_by_length=False)
     return RowPlan(rows, batches, pad_id)
 
@@ -232,7 +240,8 @@ def compare(inputs: ValidationInputs, reference: np.ndarray, outputs: np.ndarray
 
 def batch_dependence(run: Callable[[dict[str, np.ndarray]], np.ndarray],
                      inputs: ValidationInputs) -> dict[str, Any]:
-    """Max |Δ| between scoring every row alone and in input-order batches of 64.
+    """Max |Δ| between scoring every row alone and in input-order batches of 64 (fewer where
+    rows are longer than BATCH_ROW_TOKENS).
 
     Dynamic int8 computes activation scales per batch, so a row's score depends on its batch
     mates; static int8 (ov_int8) uses fixed scales, so only float rounding should remain.
