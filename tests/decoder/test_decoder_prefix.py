@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_INPUT
+from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.engine.reranker import Reranker, planned_feeds
 from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.validate import load_validation_pairs
 
 QUERY = "what is known about wing flutter at high speeds"
@@ -35,7 +36,8 @@ def _pairs() -> list[tuple[str, str]]:
 def test_the_prefix_graph_passed_its_gate(recipe_name: str, recipe_model_dir: Path) -> None:
     graph = load_model_spec(recipe_model_dir).prefix_graphs["fp32"]
     record = graph.fidelity
-    assert graph.file == PREFIX_GRAPH_FILE and (recipe_model_dir / graph.file).is_file()
+    assert graph.file == VARIANTS["fp32"].prefix_file == "model_prefix.onnx"
+    assert (recipe_model_dir / graph.file).is_file()
     assert record["passed"] is True, f"{recipe_name}: {record}"
     assert record["max_abs_diff_limit"] == pytest.approx(1e-4 * record["score_std"])
     assert record["max_abs_diff"] <= record["max_abs_diff_limit"]
@@ -48,6 +50,8 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
     assert "ov_int8" in spec.variants, f"{recipe_name}: ov_int8 was not built"
     graph = spec.prefix_graphs["ov_int8"]
     assert graph.fidelity["passed"] is True and graph.precision == "int8"
+    assert graph.file == VARIANTS["ov_int8"].prefix_file == "model_prefix_ov_int8.xml"
+    assert graph.extra_files.keys() == {"model_prefix_ov_int8.bin"}
     assert graph.fidelity["compared_with"].startswith("model_ov_int8.xml")
     options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
     reused = Reranker.from_dir(recipe_model_dir, **options)
