@@ -391,14 +391,16 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
 def _gate_fp32(context: ExportContext) -> BuiltVariant:
     """fp32 against the reference: a miss fails the whole export. Adds OpenVINO bf16's record
     (it runs model.onnx)."""
-    fidelity, _ = validate_file(context, "fp32")
+    fidelity, _, outputs = validate_file(context, "fp32")
     if threshold_failures(context.task, "fp32", fidelity, context.thresholds):
         check_thresholds(context.task, {"fp32": fidelity}, context.thresholds)
     for run in VARIANTS["fp32"].runs_as:
         if run.fidelity_key is not None:
-            fidelity[run.fidelity_key] = bf16_record(context, context.paths["fp32"],
-                                                     precision=run.precision, key=run.fidelity_key)
-    return BuiltVariant(fidelity)
+            fidelity[run.fidelity_key], bf16_outputs = bf16_record(
+                context, context.paths["fp32"], precision=run.precision, key=run.fidelity_key)
+            if bf16_outputs is not None:
+                outputs[run] = bf16_outputs
+    return BuiltVariant(fidelity, outputs=outputs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,7 +444,7 @@ def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str
             if extra_files is None:  # this export's variant has no prefix graph
                 continue
             context.progress.step(f"validate {variant} prefix graph")
-            record = gate_prefix_graph(context, variant, path, built[variant].fidelity)
+            record = gate_prefix_graph(context, variant, path, built[variant])
         except (ImportError, KeyboardInterrupt):
             raise
         except Exception as err:

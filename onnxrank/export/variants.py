@@ -68,8 +68,8 @@ def build_opt(context: ExportContext) -> BuiltVariant:
     """The fused fp32 graph, validated like fp32."""
     optimization = write_opt(context)
     context.progress.step("validate opt")
-    fidelity, _ = validate_file(context, "opt")
-    return BuiltVariant(fidelity, optimization=optimization)
+    fidelity, _, outputs = validate_file(context, "opt")
+    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
 
 
 def build_fp16(context: ExportContext) -> BuiltVariant:
@@ -79,8 +79,8 @@ def build_fp16(context: ExportContext) -> BuiltVariant:
     optimization = convert_fp16(context.paths["fp32"], context.paths["fp16"], num_heads=num_heads,
                                 hidden_size=hidden_size, model_type=context.family.ort_model_type)
     context.progress.step("validate fp16")
-    fidelity, _ = validate_file(context, "fp16")
-    return BuiltVariant(fidelity, optimization=optimization)
+    fidelity, _, outputs = validate_file(context, "fp16")
+    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
 
 
 def int8_rungs(context: ExportContext) -> list[Rung]:
@@ -142,8 +142,8 @@ def build_ov_int8(context: ExportContext) -> BuiltVariant:
     if context.family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
         context.progress.step("ov_int8 weight-only")
         quantization = compress_ov_int8(context, context.paths["fp32"], context.paths["ov_int8"])
-        fidelity, _ = validate_file(context, "ov_int8")
-        return BuiltVariant(fidelity, quantization=quantization)
+        fidelity, _, outputs = validate_file(context, "ov_int8")
+        return BuiltVariant(fidelity, quantization=quantization, outputs=outputs)
     return run_ladder(context, "ov_int8", ov_int8_rungs(context))
 
 
@@ -159,7 +159,7 @@ def ov_int8_prefix_graph(context: ExportContext, source: Path, out: Path) -> tup
 
 def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) -> None:
     """Add the record of each bf16 precision that runs `variant`'s file (its facts' runs_as with
-    a fidelity key) to its fidelity."""
+    a fidelity key) to its fidelity, and its outputs to its outputs."""
     from onnxrank.engine.backends.openvino import cpu_capabilities
 
     for run in VARIANTS[variant].runs_as:
@@ -167,12 +167,16 @@ def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) 
             continue
         context.progress.step(f"validate {variant} with bf16")
         capabilities = cpu_capabilities()
-        built.fidelity[run.fidelity_key] = bf16_record(
-            context, context.paths[variant], precision=run.precision, key=run.fidelity_key,
-        ) if "BF16" in capabilities else {
-            "validated": False, "passed": False,
-            "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
-                      f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
+        if "BF16" not in capabilities:
+            built.fidelity[run.fidelity_key] = {
+                "validated": False, "passed": False,
+                "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
+                          f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
+            continue
+        built.fidelity[run.fidelity_key], outputs = bf16_record(
+            context, context.paths[variant], precision=run.precision, key=run.fidelity_key)
+        if outputs is not None:
+            built.outputs[run] = outputs
 
 
 VARIANT_STEPS: dict[str, VariantStep] = {

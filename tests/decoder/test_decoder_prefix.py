@@ -149,3 +149,37 @@ def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
     expected = whole.score(pairs)
     # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
     assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()
+
+
+def test_the_prefix_gate_compares_with_the_outputs_the_variant_measured(
+        recipe_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate takes the whole-row outputs from the variant's own validation (BuiltVariant's
+    outputs) and runs no whole rows again."""
+    from types import SimpleNamespace
+
+    from onnxrank.engine.runtime import open_model_file
+    from onnxrank.export import gate
+    from onnxrank.export.context import BuiltVariant
+    from onnxrank.export.fidelity import FidelityThresholds
+    from onnxrank.export.tasks import RERANK
+    from onnxrank.export.validate import encode_validation, run_batches
+
+    spec = load_model_spec(recipe_model_dir)
+    inputs = encode_validation(load_validation_pairs(16), recipe_model_dir / spec.tokenizer_file,
+                               task=RERANK, max_length=spec.max_length, pad_id=spec.pad_token_id,
+                               prompt=spec.prompt)
+    run = VARIANTS["fp32"].runs_as[0]
+    whole_path = recipe_model_dir / VARIANTS["fp32"].file
+    whole = run_batches(inputs.batches(), open_model_file(
+        whole_path, backend=run.backend, precision=run.precision).run, len(inputs.rows))
+    context = SimpleNamespace(task=RERANK, inputs=inputs, reference=whole,
+                              thresholds=FidelityThresholds(), paths={"fp32": whole_path})
+
+    def no_whole_rows(*args: Any) -> None:
+        raise AssertionError("the prefix gate ran the whole rows again")
+
+    monkeypatch.setattr(gate, "run_batches", no_whole_rows)
+    # measured outputs one above the graph's: the gate's difference is theirs, not a new run's
+    record = gate.gate_prefix_graph(context, "fp32", recipe_model_dir / spec.prefix_graphs["fp32"].file,
+                                    BuiltVariant({}, outputs={run: whole + 1.0}))
+    assert record["max_abs_diff"] == pytest.approx(1.0, abs=1e-4) and record["passed"] is False
