@@ -2,7 +2,8 @@
 
 Every row of a query starts with the same tokens (the recipe's prefix, the instruction and the
 query: onnxrank.engine.prompt tokenizes the pieces apart, so they are the same ids in every row).
-A decoder export with a prefix graph (the manifest's ``prefix_graphs``;
+A decoder export with a prefix graph (the manifest's ``prefix_graphs``, files named by
+onnxrank.engine.variants.VARIANTS' ``prefix_file``;
 onnxrank.export.families.decoder.prefix_score_graph) takes them once as ``prefix_ids`` [1, P] and
 each row's own tokens (document, template tail, suffix) as right-padded ``input_ids`` /
 ``attention_mask`` [batch, D]; its scores equal the whole-row graph's to float rounding.
@@ -22,10 +23,6 @@ import numpy as np
 from onnxrank.engine.batching import Batch
 from onnxrank.engine.rows import EncodedRow
 
-# the prefix graphs' files in an exported model directory, per variant they are gated against:
-# fp32's is traced, ov_int8's is fp32's compressed as ov_int8 was (weight-only families)
-PREFIX_GRAPH_FILES = {"fp32": "model_prefix.onnx", "ov_int8": "model_prefix_ov_int8.xml"}
-PREFIX_GRAPH_FILE = PREFIX_GRAPH_FILES["fp32"]
 # the prefix graph's extra input: the token ids every row of a batch starts with, [1, prefix]
 PREFIX_INPUT = "prefix_ids"
 # plan(own lengths of a group's rows, prefix length) -> batches indexing those lengths

@@ -20,7 +20,7 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.execution import Feeds, RowPlan, batch_feeds, run_plan
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
 from onnxrank.engine.model import EngineModel
-from onnxrank.engine.prefix import PREFIX_INPUT, plan_prefix_batches
+from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
 from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.ranking import RankedDocument, activate, fallback_ranking, rank
 from onnxrank.engine.recipe import PromptRecipe
@@ -354,9 +354,10 @@ class Reranker(EngineModel[Pair]):
         """The batches of `rows` (row.item_index indexes `pairs`)."""
         return self._plan(rows, sort_by_length=sort_by_length)
 
-    def _run(self, feeds: Feeds) -> np.ndarray:
-        """One planned batch through the model."""
-        return self._runner.run(feeds)
+    @property
+    def _run(self) -> Callable[[Feeds], np.ndarray]:
+        """What runs one planned batch: the model's runner (taken per score call, not kept)."""
+        return self._runner.run
 
     @staticmethod
     def _merge(rows: list[EncodedRow], batch: Batch, outputs: np.ndarray, targets: list[int],
@@ -468,11 +469,13 @@ class DecoderReranker(Reranker):
         batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)
         return RowPlan(rows, batches, self.spec.pad_token_id)
 
-    def _run(self, feeds: Feeds) -> np.ndarray:
-        """A batch with a shared prefix through the prefix graph, any other whole."""
-        if self._prefix_runner is not None and PREFIX_INPUT in feeds:
-            return self._prefix_runner.run(feeds)
-        return self._runner.run(feeds)
+    @property
+    def _run(self) -> Callable[[Feeds], np.ndarray]:
+        """What runs one planned batch: with the prefix graph, a batch with a shared prefix
+        through it and any other whole (onnxrank.engine.prefix.run_with_prefix)."""
+        if self._prefix_runner is None:
+            return self._runner.run
+        return run_with_prefix(self._prefix_runner.run, self._runner.run)
 
 
 class _DeadlineGate:

@@ -2,9 +2,10 @@
 
 A variant is one model file in an exported directory. Its entry says what the file is called,
 its numeric precision, which runtime precisions run it (and under which fidelity record of the
-manifest each one's gate result lives), which files it needs beside it, and whether it runs on
-a CPU. onnxrank.engine.spec.VARIANT_NAMES and the backends' precision maps are derived from
-VARIANTS; how the export builds and gates each variant is onnxrank.export.variants.
+manifest each one's gate result lives), which files it needs beside it, whether it runs on a
+CPU and, for decoder rerankers, its prefix graph's file (onnxrank.engine.prefix).
+onnxrank.engine.spec.VARIANT_NAMES and the backends' precision maps are derived from VARIANTS;
+how the export builds and gates each variant is onnxrank.export.variants.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class VariantFacts:
             validates it.
         extra_files: Files the variant needs beside its own (an OpenVINO IR's weights).
         cpu: Whether it runs on a CPU (an export needs at least one CPU variant to pass).
+        prefix_file: Its prefix graph's file, written for decoder rerankers (the manifest's
+            ``prefix_graphs``); None when the variant has none.
     """
 
     name: str
@@ -52,19 +55,21 @@ class VariantFacts:
     runs_as: tuple[RunAs, ...]
     extra_files: tuple[str, ...] = ()
     cpu: bool = True
+    prefix_file: str | None = None
 
 
 VARIANTS: dict[str, VariantFacts] = {facts.name: facts for facts in (
     VariantFacts("fp32", "model.onnx", "fp32", (
         RunAs("onnxruntime", "fp32"), RunAs("openvino", "fp32"),
-        RunAs("openvino", "bf16", fidelity_key="openvino_bf16"))),
+        RunAs("openvino", "bf16", fidelity_key="openvino_bf16")),
+        prefix_file="model_prefix.onnx"),
     VariantFacts("opt", "model_opt.onnx", "fp32", (RunAs("onnxruntime", "opt"),)),
     VariantFacts("int8", "model_int8.onnx", "int8", (RunAs("onnxruntime", "int8"),)),
     VariantFacts("fp16", "model_fp16.onnx", "fp16", (RunAs("onnxruntime", "fp16"),), cpu=False),
     VariantFacts("ov_int8", "model_ov_int8.xml", "int8", (
         RunAs("openvino", "int8"),
         RunAs("openvino", "int8+bf16", fidelity_key="openvino_int8_bf16")),
-        extra_files=("model_ov_int8.bin",)),
+        extra_files=("model_ov_int8.bin",), prefix_file="model_prefix_ov_int8.xml"),
 )}
 
 

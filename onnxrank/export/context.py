@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ import numpy as np
 from onnxrank._optional import require
 
 if TYPE_CHECKING:
+    from onnxrank.engine.variants import RunAs
     from onnxrank.export.families import Family
     from onnxrank.export.fidelity import FidelityThresholds
     from onnxrank.export.quantize import Int8Settings
@@ -99,11 +100,15 @@ class BuiltVariant:
         fidelity: The fidelity metrics against the reference (VariantSpec.fidelity).
         quantization: VariantSpec.quantization (with a ladder's ``attempts``), or None.
         optimization: VariantSpec.optimization, or None.
+        outputs: The file's outputs on the validation rows, per way its gates ran it (the first
+            of its facts' ``runs_as``, and each bf16 record's): what its prefix graph's gate
+            compares with, without running the whole rows again.
     """
 
     fidelity: dict[str, Any]
     quantization: dict[str, Any] | None = None
     optimization: dict[str, Any] | None = None
+    outputs: dict[RunAs, np.ndarray] = field(default_factory=dict)
 
     def attempts(self) -> dict[str, Any]:
         """The ladder attempts it made, as a failed_variants entry's ``attempts`` (or nothing)."""

@@ -38,19 +38,22 @@ ATTEMPT_METRICS = ("spearman", "spearman_per_query_mean", "top10_overlap", "top1
                    "max_abs_diff", "cosine_min")
 
 
-def validate_file(context: ExportContext, variant: str) -> tuple[dict[str, Any], Any]:
+def validate_file(context: ExportContext, variant: str) -> tuple[
+        dict[str, Any], Any, dict[RunAs, np.ndarray]]:
     """Run one variant's file as its gate runs it (the first of its facts' ``runs_as``) and
     compare it with the reference.
 
     Returns:
-        The fidelity metrics and the runner (None when the CPU cannot run the file and the
-        variant does not run on a CPU: fp16).
+        The fidelity metrics, the runner and the outputs keyed by that RunAs (BuiltVariant's
+        ``outputs``); runner None and no outputs when the CPU cannot run the file and the
+        variant does not run on a CPU (fp16).
 
     Raises:
         ExportError: A CPU variant's file could not be opened or run.
     """
     facts = VARIANTS[variant]
-    backend, precision = facts.runs_as[0].backend, facts.runs_as[0].precision
+    run = facts.runs_as[0]
+    backend, precision = run.backend, run.precision
     path = context.paths[variant]
     inputs = context.inputs
     try:
@@ -63,11 +66,11 @@ def validate_file(context: ExportContext, variant: str) -> tuple[dict[str, Any],
         logger.warning("%s variant cannot run on CPU (%s); validate it on a GPU", variant, reason)
         return {"validated": False, "validated_on": None,
                 "reason": f"CPUExecutionProvider cannot run it ({reason}); fidelity can only be "
-                          "checked on a GPU with onnxruntime-gpu"}, None
+                          "checked on a GPU with onnxruntime-gpu"}, None, {}
     metrics = compare(inputs, context.reference, outputs)
     metrics.update({"validated": True,
                     "validated_on": f"{runner.info.backend} {runner.info.provider}"})
-    return metrics, runner
+    return metrics, runner, {run: outputs}
 
 
 def gate_on_thresholds(context: ExportContext, variant: str, built: BuiltVariant) -> None:
@@ -96,14 +99,14 @@ def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],
 
 
 def bf16_record(context: ExportContext, path: Path, *, precision: str,
-                key: str) -> dict[str, Any]:
+                key: str) -> tuple[dict[str, Any], np.ndarray | None]:
     """One OpenVINO file compiled with INFERENCE_PRECISION_HINT=bf16 (model.onnx as ``bf16``, the
-    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either); stored in its
-    variant's fidelity under `key`."""
+    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either): the record its
+    variant's fidelity stores under `key`, and the outputs (None when it could not be opened)."""
     try:
         runner = open_model_file(path, backend="openvino", precision=precision)
     except (ValueError, ImportError, ModelLoadError) as err:
-        return {"validated": False, "passed": False, "reason": str(err)}
+        return {"validated": False, "passed": False, "reason": str(err)}, None
     inputs = context.inputs
     outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
     metrics = compare(inputs, context.reference, outputs)
@@ -112,7 +115,7 @@ def bf16_record(context: ExportContext, path: Path, *, precision: str,
         "validated": True, "validated_on": f"openvino {runner.info.provider}, "
         "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
         "thresholds": threshold_text(context.task, key, context.thresholds)})
-    return metrics
+    return metrics, outputs
 
 
 def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:
@@ -122,7 +125,7 @@ def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThreshold
 
 
 def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
-                      variant_fidelity: dict[str, Any]) -> dict[str, Any]:
+                      built: BuiltVariant) -> dict[str, Any]:
     """A prefix graph against its variant's whole-row graph, on the validation rows grouped by
     query as the engine groups them (onnxrank.engine.prefix): the record for its manifest entry.
 
@@ -130,15 +133,17 @@ def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
     scores' standard deviation; a quantized variant (whose kernels round differently with other
     shapes) when ``vs_pytorch``, the usual fidelity metrics against the reference, meets the
     variant's own thresholds. Each precision that runs the variant's file under a record of its own (OpenVINO
-    bf16) and passed it (`variant_fidelity`) gets a record under the same key, gated like the
-    variant's: its thresholds against the reference.
+    bf16) and passed it (`built`'s fidelity) gets a record under the same key, gated like the
+    variant's: its thresholds against the reference. The whole-row outputs are those the
+    variant's own gates measured (`built`'s ``outputs``).
 
     Raises:
         ModelLoadError, InferenceError: A graph could not be opened or run.
     """
     facts = VARIANTS[variant]
     first = facts.runs_as[0]
-    whole, outputs, batches, runner = _prefix_outputs(context, variant, path, first)
+    whole = built.outputs[first]
+    outputs, batches, runner = _prefix_outputs(context, variant, path, first)
     difference = float(np.abs(outputs - whole).max())
     spread = float(whole.std())
     prefix_tokens = {batch.prefix_length for batch in batches}
@@ -163,10 +168,11 @@ def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
     if facts.precision != "fp32":
         record["failures"] = failures
     for run in facts.runs_as:
-        own = variant_fidelity.get(run.fidelity_key or "")
+        own = built.fidelity.get(run.fidelity_key or "")
         if run.fidelity_key is None or not (isinstance(own, dict) and own.get("passed") is True):
             continue  # the whole-row graph was not validated this way: neither is this one
-        whole, outputs, _, _ = _prefix_outputs(context, variant, path, run)
+        whole = built.outputs[run]
+        outputs, _, _ = _prefix_outputs(context, variant, path, run)
         metrics = compare(context.inputs, context.reference, outputs)
         failures = threshold_failures(context.task, run.fidelity_key, metrics, context.thresholds)
         record[run.fidelity_key] = {
@@ -177,15 +183,14 @@ def gate_prefix_graph(context: ExportContext, variant: str, path: Path,
 
 
 def _prefix_outputs(context: ExportContext, variant: str, path: Path,
-                    run: RunAs) -> tuple[np.ndarray, np.ndarray, list[Any], Any]:
-    """The whole-row graph's outputs on the validation rows and the prefix graph's (rows
-    grouped by query), both run as `run` says; the prefix plan's batches and the prefix
-    graph's runner."""
+                    run: RunAs) -> tuple[np.ndarray, list[Any], Any]:
+    """The prefix graph's outputs on the validation rows (grouped by query; a group that shares
+    no token runs through the whole-row graph), run as `run` says; the prefix plan's batches
+    and the prefix graph's runner."""
     backend, precision = run.backend, run.precision
     inputs = context.inputs
     whole_graph = open_model_file(context.paths[variant], backend=backend, precision=precision)
     prefix_graph = open_model_file(path, backend=backend, precision=precision)
-    whole = run_batches(inputs.batches(), whole_graph.run, len(inputs.rows))
 
     def plan(lengths: list[int], prefix: int) -> list[Any]:
         return plan_batches(lengths, max_batch_tokens=max(lengths) * BATCH_SIZE,
@@ -195,4 +200,4 @@ def _prefix_outputs(context: ExportContext, variant: str, path: Path,
                                                 for row in inputs.rows], plan)
     outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
                            run_with_prefix(prefix_graph.run, whole_graph.run), finite=None)
-    return whole, outputs, batches, prefix_graph
+    return outputs, batches, prefix_graph

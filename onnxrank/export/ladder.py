@@ -13,6 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from onnxrank.engine.variants import RunAs
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.gate import attempt_record, tuning_failures, validate_file
 from onnxrank.export.validate import batch_dependence
@@ -54,13 +57,14 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
     attempts: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     runner: Any = None
+    outputs: dict[RunAs, np.ndarray] = {}
     for index, rung in enumerate(rungs):
         context.progress.step(f"{variant} recipe {index + 1} of {len(rungs)}")
         quantization = rung.quantize()
         if quantization.get("quantized_nodes") == 0:
             attempts.append({**quantization, "passed_on_tuning": False, "skipped": SKIPPED})
             continue
-        metrics, runner = validate_file(context, variant)
+        metrics, runner, outputs = validate_file(context, variant)
         passed = not tuning_failures(context, variant, metrics)
         attempts.append(attempt_record(quantization, metrics, passed))
         if passed:
@@ -72,4 +76,5 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
                             "tuning pairs", attempts=attempts)
     if rung.batch_dependent:
         metrics.update(batch_dependence(runner.run, context.inputs))
-    return BuiltVariant(metrics, quantization={**quantization, "attempts": attempts})
+    return BuiltVariant(metrics, quantization={**quantization, "attempts": attempts},
+                        outputs=outputs)

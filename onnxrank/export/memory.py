@@ -45,18 +45,22 @@ class MemoryEstimate:
         return self.needed_bytes <= self.available_bytes
 
 
-def weight_count(model_class: Any, config: Any) -> int:
-    """Parameters of `model_class` built from `config`, on the meta device (no memory used)."""
+def meta_model(model_class: Any, config: Any) -> Any:
+    """`model_class` built from `config` on PyTorch's meta device: its shapes, no memory used."""
     torch = require("torch", extra="export")
     with torch.device("meta"):
-        model = model_class.from_config(config)
-    return sum(parameter.numel() for parameter in model.parameters())
+        return model_class.from_config(config)
+
+
+def weight_count(module: Any) -> int:
+    """Parameters of a PyTorch module (a tied one counted once)."""
+    return sum(parameter.numel() for parameter in module.parameters())
 
 
 def estimate_memory(model_class: Any, config: Any) -> MemoryEstimate:
     """The export's estimated peak for a checkpoint of `config`, and the memory available now."""
     psutil = require("psutil", extra="export")
-    weights = weight_count(model_class, config)
+    weights = weight_count(meta_model(model_class, config))
     needed = PEAK_BASE_BYTES + int(PEAK_PER_WEIGHT_BYTE * 4 * weights)
     return MemoryEstimate(weights, needed, int(psutil.virtual_memory().available))
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
-from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_GRAPH_FILES
 from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.engine.variants import VARIANTS
@@ -37,11 +36,7 @@ from onnxrank.export.gate import bf16_record, gate_prefix_graph, threshold_text,
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
-from onnxrank.export.quantize_openvino import (
-    DEFAULT_OV_INT8_RECIPES,
-    OvInt8Settings,
-    compress_openvino_int8_weights,
-)
+from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
 from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
 from onnxrank.export.tasks import DEFAULT_MODEL, ExportTask, export_task
@@ -238,9 +233,9 @@ def _export_into(
             else:
                 failed[variant] = outcome
                 logger.warning("variant %s left out: %s", variant, outcome["reason"])
-    prefix_records = _gate_prefix_graphs(context, traced, built, failed)
+    gated_prefixes = _gate_prefix_graphs(context, traced, built, failed)
     progress.step("manifest")
-    prefix_graphs = _publish_prefix_graphs(request, traced, prefix_records, work_dir)
+    prefix_graphs = _publish_prefix_graphs(request, gated_prefixes, work_dir)
     variants = _publish_variants(request, context, built, failed, traced, work_dir)
     spec = _model_spec(request, source, task, traced, name=name, variants=variants, failed=failed,
                        prompt=prompt, work_dir=work_dir, prefix_graphs=prefix_graphs)
@@ -317,10 +312,12 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
             f"{first_line(err)}; this model type needs a family module in "
             "onnxrank.export.families that says how to trace it"
         ) from err
-    prefix_graph: tuple[str, ...] | dict[str, Any] | None
+    prefix_graph: tuple[str, ...] | dict[str, Any] | None = None
+    prefix_file = VARIANTS["fp32"].prefix_file
     try:
-        prefix_graph = family.export_prefix_graph(loaded, graph_model, scratch / PREFIX_GRAPH_FILE,
-                                                  opset=request.opset)
+        if prefix_file is not None:
+            prefix_graph = family.export_prefix_graph(loaded, graph_model, scratch / prefix_file,
+                                                      opset=request.opset)
     except Exception as err:  # the whole-row graph still serves: record and go on
         logger.debug("the prefix graph could not be exported", exc_info=True)
         prefix_graph = {"stage": "build", "reason": first_line(err)}
@@ -394,40 +391,60 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
 def _gate_fp32(context: ExportContext) -> BuiltVariant:
     """fp32 against the reference: a miss fails the whole export. Adds OpenVINO bf16's record
     (it runs model.onnx)."""
-    fidelity, _ = validate_file(context, "fp32")
+    fidelity, _, outputs = validate_file(context, "fp32")
     if threshold_failures(context.task, "fp32", fidelity, context.thresholds):
         check_thresholds(context.task, {"fp32": fidelity}, context.thresholds)
     for run in VARIANTS["fp32"].runs_as:
         if run.fidelity_key is not None:
-            fidelity[run.fidelity_key] = bf16_record(context, context.paths["fp32"],
-                                                     precision=run.precision, key=run.fidelity_key)
-    return BuiltVariant(fidelity)
+            fidelity[run.fidelity_key], bf16_outputs = bf16_record(
+                context, context.paths["fp32"], precision=run.precision, key=run.fidelity_key)
+            if bf16_outputs is not None:
+                outputs[run] = bf16_outputs
+    return BuiltVariant(fidelity, outputs=outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class _GatedPrefix:
+    """A prefix graph that passed its gate: its gate record and the files beside it."""
+
+    record: dict[str, Any]
+    extra_files: tuple[str, ...]
 
 
 def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str, BuiltVariant],
-                        failed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each built variant's prefix graph, gated against the variant's whole-row graph: fp32's
-    is the traced model_prefix.onnx, ov_int8's (weight-only families) that file compressed as
-    ov_int8 was. Returns the gate records of those that passed; a failure (build or gate) is
-    added to `failed` as ``prefix_graph:<variant>``, and the whole-row graphs stay."""
-    if traced.prefix_graph is None:
+                        failed: dict[str, dict[str, Any]]) -> dict[str, _GatedPrefix]:
+    """Each built variant's prefix graph (its facts' ``prefix_file``), gated against the
+    variant's whole-row graph: fp32's is the traced file, another variant's is made from it by
+    its step's ``prefix_graph``. Returns those that passed; a failure (build or gate) is added
+    to `failed` as ``prefix_graph:<variant>``, and the whole-row graphs stay."""
+    traced_file = VARIANTS["fp32"].prefix_file
+    if traced.prefix_graph is None or traced_file is None:
         return {}
     if isinstance(traced.prefix_graph, dict):
         failed["prefix_graph:fp32"] = traced.prefix_graph
         return {}
     scratch = context.paths["fp32"].parent
-    wanted = ["fp32"] + (["ov_int8"] if "ov_int8" in built
-                         and context.family.ov_int8_mode == "weight_only" else [])
-    records = {}
-    for variant in wanted:
-        context.progress.step(f"validate {variant} prefix graph")
-        path = scratch / PREFIX_GRAPH_FILES[variant]
+    traced_files = traced.prefix_graph
+
+    def traced_graph(context: ExportContext, source: Path, out: Path) -> tuple[str, ...]:
+        return traced_files
+
+    makers = {"fp32": traced_graph, **{variant: step.prefix_graph
+                                       for variant, step in VARIANT_STEPS.items()
+                                       if step.prefix_graph is not None}}
+    source = scratch / traced_file
+    gated = {}
+    for variant, make in makers.items():
+        prefix_file = VARIANTS[variant].prefix_file
+        if variant not in built or prefix_file is None:
+            continue
+        path = scratch / prefix_file
         try:
-            if variant == "ov_int8":
-                source = scratch / PREFIX_GRAPH_FILE
-                compress_openvino_int8_weights(source, path,
-                                               keep_fp32=context.family.fp32_nodes(source))
-            record = gate_prefix_graph(context, variant, path, built[variant].fidelity)
+            extra_files = make(context, source, path)
+            if extra_files is None:  # this export's variant has no prefix graph
+                continue
+            context.progress.step(f"validate {variant} prefix graph")
+            record = gate_prefix_graph(context, variant, path, built[variant])
         except (ImportError, KeyboardInterrupt):
             raise
         except Exception as err:
@@ -441,29 +458,27 @@ def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str
                           f"{record['max_abs_diff']:.3g} against {VARIANTS[variant].file}; "
                           + "; ".join(record.get("failures", []))}
             continue
-        records[variant] = record
-    return records
+        gated[variant] = _GatedPrefix(record, extra_files)
+    return gated
 
 
-def _publish_prefix_graphs(request: ExportRequest, traced: _Traced,
-                           records: dict[str, dict[str, Any]],
+def _publish_prefix_graphs(request: ExportRequest, gated: dict[str, _GatedPrefix],
                            work_dir: Path) -> dict[str, VariantSpec]:
     """Move the passing prefix graphs of the kept variants out of scratch (with their extra
     files: fp32's external data, the IR's .bin); their manifest entries, keyed by variant."""
     specs = {}
-    for variant, record in records.items():
-        if variant not in request.variants or not isinstance(traced.prefix_graph, tuple):
+    for variant, graph in gated.items():
+        file_name = VARIANTS[variant].prefix_file
+        if variant not in request.variants or file_name is None:
             continue
-        file_name = PREFIX_GRAPH_FILES[variant]
-        extra = traced.prefix_graph if variant == "fp32" else (
-            str(Path(file_name).with_suffix(".bin")),)
-        for name in (file_name, *extra):
+        names = (file_name, *graph.extra_files)
+        for name in names:
             os.replace(work_dir / SCRATCH_DIR / name, work_dir / name)
         specs[variant] = VariantSpec(
             file=file_name, sha256=sha256_file(work_dir / file_name),
-            size_bytes=sum((work_dir / name).stat().st_size for name in (file_name, *extra)),
-            precision=VARIANTS[variant].precision, opset=request.opset, fidelity=record,
-            extra_files={name: sha256_file(work_dir / name) for name in extra})
+            size_bytes=sum((work_dir / name).stat().st_size for name in names),
+            precision=VARIANTS[variant].precision, opset=request.opset, fidelity=graph.record,
+            extra_files={name: sha256_file(work_dir / name) for name in graph.extra_files})
     return specs
 
 

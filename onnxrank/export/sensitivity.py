@@ -4,7 +4,8 @@ When every encoder MatMul in per-row int8 misses the gate, each layer group is m
 own (that group's MatMuls fp32, every other int8) by the gate's metric on the tuning pairs; the
 groups are then put back in fp32 in order of measured gain, one at a time, until the gate passes
 or `Int8Settings.search_fp32_groups` groups are fp32. Deterministic (graph order, stable sort)
-and bounded: at most MAX_GROUPS + search_fp32_groups quantize-and-validate rounds.
+and bounded: at most MAX_GROUPS + search_fp32_groups quantize rounds, one validation fewer (the
+best group alone is measured once).
 """
 
 from __future__ import annotations
@@ -60,24 +61,26 @@ def search_per_row(context: ExportContext, settings: Int8Settings,
         return {"method": "per_row", "quantized_nodes": 0,
                 "search_fp32_groups": settings.search_fp32_groups}
 
-    def attempt(fp32_groups: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def quantize(fp32_groups: list[int]) -> dict[str, Any]:
         kept = {**keep_fp32, **{name: f"sensitivity search: layer group {index} fp32"
                                 for index in fp32_groups for name in groups[index]}}
-        record = quantize_per_row(path, out, block_size=settings.block_size, keep_fp32=kept)
-        metrics, _ = validate_file(context, "int8")
-        return record, metrics
+        return quantize_per_row(path, out, block_size=settings.block_size, keep_fp32=kept)
 
-    sensitivity = []
+    measured = []  # each group alone fp32: the gate's metrics on the tuning pairs
     for index in range(len(groups)):
         context.progress.step(f"int8 sensitivity {index + 1} of {len(groups)}")
-        _, metrics = attempt([index])
-        sensitivity.append({"group": index, "nodes": len(groups[index]), METRIC: metrics[METRIC]})
+        quantize([index])
+        measured.append(validate_file(context, "int8")[0])
+    sensitivity = [{"group": index, "nodes": len(groups[index]), METRIC: metrics[METRIC]}
+                   for index, metrics in enumerate(measured)]
     order = [row["group"] for row in sorted(sensitivity, key=lambda row: -row[METRIC])]
-    record: dict[str, Any] = {}
-    for count in range(1, min(settings.search_fp32_groups, len(order)) + 1):
-        record, metrics = attempt(sorted(order[:count]))
+    # the best group alone was measured above: write its file again, not its metrics
+    record, metrics = quantize(order[:1]), measured[order[0]]
+    for count in range(2, min(settings.search_fp32_groups, len(order)) + 1):
         if not tuning_failures(context, "int8", metrics):
             break
+        record = quantize(sorted(order[:count]))
+        metrics, _, _ = validate_file(context, "int8")
     logger.info("int8 sensitivity search: %s", sensitivity)
     return {**record, "search_fp32_groups": settings.search_fp32_groups,
             "sensitivity": {"metric": f"{METRIC} on the tuning pairs with one group fp32",

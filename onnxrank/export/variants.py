@@ -1,8 +1,9 @@
 """How the export builds and gates each variant after fp32: one table entry per variant.
 
 VARIANT_STEPS maps a variant name to its build step (writes the file, measures it: a
-BuiltVariant), its gate (default: the fidelity thresholds on both parts) and what it records
-after passing. The facts of each variant (file, precision, how it runs) are
+BuiltVariant), its gate (default: the fidelity thresholds on both parts), what it records
+after passing and, for a variant with a prefix graph (decoder rerankers), how that graph is made
+from the traced fp32 one. The facts of each variant (file, precision, how it runs) are
 onnxrank.engine.variants.VARIANTS; fp32, the reference graph every step starts from, is traced
 and gated by onnxrank.export.pipeline itself. Steps run in the table's order.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from onnxrank.engine.variants import VARIANTS
@@ -36,11 +38,16 @@ class VariantStep:
         build: Writes the variant's file (context.paths[name]) and measures it.
         gate: Raises VariantFailed when the built variant must be left out.
         after_gate: Adds records to a variant that passed (OpenVINO's int8+bf16 run of the IR).
+        prefix_graph: Writes the variant's prefix graph (its facts' ``prefix_file``, the second
+            path) from the traced fp32 one (the first) and returns the extra files it wrote
+            beside it, or None where this export's variant has no prefix graph; None: the
+            variant never has one. fp32's prefix graph is the traced file itself.
     """
 
     build: Callable[[ExportContext], BuiltVariant]
     gate: Callable[[ExportContext, str, BuiltVariant], None] = gate_on_thresholds
     after_gate: Callable[[ExportContext, str, BuiltVariant], None] | None = None
+    prefix_graph: Callable[[ExportContext, Path, Path], tuple[str, ...] | None] | None = None
 
 
 def _attention_shape(context: ExportContext) -> tuple[int, int]:
@@ -61,8 +68,8 @@ def build_opt(context: ExportContext) -> BuiltVariant:
     """The fused fp32 graph, validated like fp32."""
     optimization = write_opt(context)
     context.progress.step("validate opt")
-    fidelity, _ = validate_file(context, "opt")
-    return BuiltVariant(fidelity, optimization=optimization)
+    fidelity, _, outputs = validate_file(context, "opt")
+    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
 
 
 def build_fp16(context: ExportContext) -> BuiltVariant:
@@ -72,8 +79,8 @@ def build_fp16(context: ExportContext) -> BuiltVariant:
     optimization = convert_fp16(context.paths["fp32"], context.paths["fp16"], num_heads=num_heads,
                                 hidden_size=hidden_size, model_type=context.family.ort_model_type)
     context.progress.step("validate fp16")
-    fidelity, _ = validate_file(context, "fp16")
-    return BuiltVariant(fidelity, optimization=optimization)
+    fidelity, _, outputs = validate_file(context, "fp16")
+    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
 
 
 def int8_rungs(context: ExportContext) -> list[Rung]:
@@ -123,21 +130,36 @@ def ov_int8_rungs(context: ExportContext) -> list[Rung]:
             for recipe in recipes]
 
 
+def compress_ov_int8(context: ExportContext, source: Path, out: Path) -> dict[str, Any]:
+    """The weight-only int8 IR of `source` at `out` (the family's fp32 nodes kept); its
+    ``quantization`` record."""
+    return compress_openvino_int8_weights(source, out,
+                                          keep_fp32=context.family.fp32_nodes(source))
+
+
 def build_ov_int8(context: ExportContext) -> BuiltVariant:
     """OpenVINO int8: weight-only compression or the static ladder, as the family says."""
     if context.family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
         context.progress.step("ov_int8 weight-only")
-        quantization = compress_openvino_int8_weights(
-            context.paths["fp32"], context.paths["ov_int8"],
-            keep_fp32=context.family.fp32_nodes(context.paths["fp32"]))
-        fidelity, _ = validate_file(context, "ov_int8")
-        return BuiltVariant(fidelity, quantization=quantization)
+        quantization = compress_ov_int8(context, context.paths["fp32"], context.paths["ov_int8"])
+        fidelity, _, outputs = validate_file(context, "ov_int8")
+        return BuiltVariant(fidelity, quantization=quantization, outputs=outputs)
     return run_ladder(context, "ov_int8", ov_int8_rungs(context))
+
+
+def ov_int8_prefix_graph(context: ExportContext, source: Path, out: Path) -> tuple[str, ...] | None:
+    """The traced prefix graph compressed exactly as ov_int8 was, so its weights are the same
+    int8 numbers: weight-only families only (a static IR's scales were calibrated on whole
+    rows). Returns the IR's weights file."""
+    if context.family.ov_int8_mode != "weight_only":
+        return None
+    compress_ov_int8(context, source, out)
+    return (out.with_suffix(".bin").name,)
 
 
 def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) -> None:
     """Add the record of each bf16 precision that runs `variant`'s file (its facts' runs_as with
-    a fidelity key) to its fidelity."""
+    a fidelity key) to its fidelity, and its outputs to its outputs."""
     from onnxrank.engine.backends.openvino import cpu_capabilities
 
     for run in VARIANTS[variant].runs_as:
@@ -145,17 +167,22 @@ def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) 
             continue
         context.progress.step(f"validate {variant} with bf16")
         capabilities = cpu_capabilities()
-        built.fidelity[run.fidelity_key] = bf16_record(
-            context, context.paths[variant], precision=run.precision, key=run.fidelity_key,
-        ) if "BF16" in capabilities else {
-            "validated": False, "passed": False,
-            "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
-                      f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
+        if "BF16" not in capabilities:
+            built.fidelity[run.fidelity_key] = {
+                "validated": False, "passed": False,
+                "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
+                          f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
+            continue
+        built.fidelity[run.fidelity_key], outputs = bf16_record(
+            context, context.paths[variant], precision=run.precision, key=run.fidelity_key)
+        if outputs is not None:
+            built.outputs[run] = outputs
 
 
 VARIANT_STEPS: dict[str, VariantStep] = {
     "opt": VariantStep(build_opt),
     "fp16": VariantStep(build_fp16),
     "int8": VariantStep(build_int8),
-    "ov_int8": VariantStep(build_ov_int8, after_gate=record_bf16_runs),
+    "ov_int8": VariantStep(build_ov_int8, after_gate=record_bf16_runs,
+                           prefix_graph=ov_int8_prefix_graph),
 }

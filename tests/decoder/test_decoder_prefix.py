@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from onnxrank.engine.prefix import PREFIX_GRAPH_FILE, PREFIX_INPUT
+from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.engine.reranker import Reranker, planned_feeds
 from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.validate import load_validation_pairs
 
 pytestmark = pytest.mark.costly(50)
@@ -37,7 +38,8 @@ def _pairs() -> list[tuple[str, str]]:
 def test_the_prefix_graph_passed_its_gate(recipe_name: str, recipe_model_dir: Path) -> None:
     graph = load_model_spec(recipe_model_dir).prefix_graphs["fp32"]
     record = graph.fidelity
-    assert graph.file == PREFIX_GRAPH_FILE and (recipe_model_dir / graph.file).is_file()
+    assert graph.file == VARIANTS["fp32"].prefix_file == "model_prefix.onnx"
+    assert (recipe_model_dir / graph.file).is_file()
     assert record["passed"] is True, f"{recipe_name}: {record}"
     assert record["max_abs_diff_limit"] == pytest.approx(1e-4 * record["score_std"])
     assert record["max_abs_diff"] <= record["max_abs_diff_limit"]
@@ -50,6 +52,8 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
     assert "ov_int8" in spec.variants, f"{recipe_name}: ov_int8 was not built"
     graph = spec.prefix_graphs["ov_int8"]
     assert graph.fidelity["passed"] is True and graph.precision == "int8"
+    assert graph.file == VARIANTS["ov_int8"].prefix_file == "model_prefix_ov_int8.xml"
+    assert graph.extra_files.keys() == {"model_prefix_ov_int8.bin"}
     assert graph.fidelity["compared_with"].startswith("model_ov_int8.xml")
     options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
     reused = Reranker.from_dir(recipe_model_dir, **options)
@@ -147,3 +151,37 @@ def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
     expected = whole.score(pairs)
     # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
     assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()
+
+
+def test_the_prefix_gate_compares_with_the_outputs_the_variant_measured(
+        recipe_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate takes the whole-row outputs from the variant's own validation (BuiltVariant's
+    outputs) and runs no whole rows again."""
+    from types import SimpleNamespace
+
+    from onnxrank.engine.runtime import open_model_file
+    from onnxrank.export import gate
+    from onnxrank.export.context import BuiltVariant
+    from onnxrank.export.fidelity import FidelityThresholds
+    from onnxrank.export.tasks import RERANK
+    from onnxrank.export.validate import encode_validation, run_batches
+
+    spec = load_model_spec(recipe_model_dir)
+    inputs = encode_validation(load_validation_pairs(16), recipe_model_dir / spec.tokenizer_file,
+                               task=RERANK, max_length=spec.max_length, pad_id=spec.pad_token_id,
+                               prompt=spec.prompt)
+    run = VARIANTS["fp32"].runs_as[0]
+    whole_path = recipe_model_dir / VARIANTS["fp32"].file
+    whole = run_batches(inputs.batches(), open_model_file(
+        whole_path, backend=run.backend, precision=run.precision).run, len(inputs.rows))
+    context = SimpleNamespace(task=RERANK, inputs=inputs, reference=whole,
+                              thresholds=FidelityThresholds(), paths={"fp32": whole_path})
+
+    def no_whole_rows(*args: Any) -> None:
+        raise AssertionError("the prefix gate ran the whole rows again")
+
+    monkeypatch.setattr(gate, "run_batches", no_whole_rows)
+    # measured outputs one above the graph's: the gate's difference is theirs, not a new run's
+    record = gate.gate_prefix_graph(context, "fp32", recipe_model_dir / spec.prefix_graphs["fp32"].file,
+                                    BuiltVariant({}, outputs={run: whole + 1.0}))
+    assert record["max_abs_diff"] == pytest.approx(1.0, abs=1e-4) and record["passed"] is False

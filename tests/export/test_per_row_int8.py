@@ -100,3 +100,38 @@ def test_a_missed_gate_measures_each_layer_group_and_keeps_the_most_sensitive_fp
     assert set(layer_kept.values()) == {f"sensitivity search: layer group {most_sensitive} fp32"}
     assert all(f"layer.{most_sensitive}/" in name for name in layer_kept)
     assert attempt["quantized_nodes"] == 6  # the other group stayed int8
+
+
+@pytest.mark.parametrize(("passing", "validations"), [(1, 3), (2, 4)])
+def test_the_search_measures_the_best_group_once(monkeypatch: pytest.MonkeyPatch, passing: int,
+                                                 validations: int) -> None:
+    from types import SimpleNamespace
+
+    from onnxrank.export import sensitivity
+
+    on_disk: list[frozenset[str]] = []  # the fp32 groups of the file last written
+    validated: list[frozenset[str]] = []
+    gains = {"g0": 0.5, "g1": 0.9, "g2": 0.7}  # group 1 gains most, then group 2
+
+    def quantize_per_row(path, out, *, block_size, keep_fp32):  # type: ignore[no-untyped-def]
+        on_disk.append(frozenset(why.split()[-2] for why in keep_fp32.values()))
+        return {"method": "per_row", "kept": sorted(keep_fp32)}
+
+    def validate_file(context, variant):  # type: ignore[no-untyped-def]
+        validated.append(on_disk[-1])
+        return {sensitivity.METRIC: sum(gains[f"g{group}"] for group in on_disk[-1])}, None, {}
+
+    monkeypatch.setattr(sensitivity, "layer_groups", lambda path, keep: [["g0"], ["g1"], ["g2"]])
+    monkeypatch.setattr(sensitivity, "quantize_per_row", quantize_per_row)
+    monkeypatch.setattr(sensitivity, "validate_file", validate_file)
+    monkeypatch.setattr(sensitivity, "tuning_failures", lambda context, variant, metrics: (
+        [] if metrics[sensitivity.METRIC] >= sum(sorted(gains.values())[-passing:]) - 1e-9
+        else ["misses"]))
+    context = SimpleNamespace(paths={"fp32": "fp32", "int8": "int8"},
+                              progress=SimpleNamespace(step=lambda name: None))
+    record = sensitivity.search_per_row(context, Int8Settings("per_row", search_fp32_groups=3), {})
+    chosen = frozenset(["1", "2"][:passing])
+    assert len(validated) == validations and validated.count(frozenset("1")) == 1
+    assert on_disk[-1] == chosen  # the kept file is the chosen groups'
+    assert record["kept"] == sorted(f"g{group}" for group in chosen)
+    assert [row["group"] for row in record["sensitivity"]["groups"]] == [0, 1, 2]

@@ -33,6 +33,10 @@ def test_every_variant_has_its_facts_and_a_build_step() -> None:
         "fp16": "model_fp16.onnx", "ov_int8": "model_ov_int8.xml"}
     assert VARIANTS["ov_int8"].extra_files == ("model_ov_int8.bin",)
     assert [name for name, facts in VARIANTS.items() if facts.cpu] == ["fp32", "opt", "int8", "ov_int8"]
+    # a variant with a prefix graph file: fp32 (the traced one) and each step that makes one
+    assert {name: facts.prefix_file for name, facts in VARIANTS.items() if facts.prefix_file} == {
+        "fp32": "model_prefix.onnx", "ov_int8": "model_prefix_ov_int8.xml"}
+    assert {name for name, step in VARIANT_STEPS.items() if step.prefix_graph} == {"ov_int8"}
 
 
 def test_the_backends_precision_maps_come_from_the_facts() -> None:
@@ -60,7 +64,7 @@ def _fake_validation(monkeypatch: pytest.MonkeyPatch, spearmans: list[float]) ->
     """Each validation of the ladder measures the next of `spearmans`; 0.9 and up passes."""
     measured = iter(spearmans)
     monkeypatch.setattr(ladder, "validate_file", lambda context, variant: (
-        {"spearman": next(measured), "part": "tuning"}, SimpleNamespace(run=None)))
+        {"spearman": next(measured), "part": "tuning"}, SimpleNamespace(run=None), {}))
     monkeypatch.setattr(ladder, "tuning_failures", lambda context, variant, metrics: (
         [] if metrics["spearman"] >= 0.9 else ["spearman too low"]))
     monkeypatch.setattr(ladder, "batch_dependence", lambda run, inputs: {"batch": 0.0})

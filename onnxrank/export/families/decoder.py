@@ -44,6 +44,8 @@ from onnxrank._optional import require
 from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
+from onnxrank.export.memory import meta_model, weight_count
+from onnxrank.export.tasks import RERANK
 
 if TYPE_CHECKING:
     import torch
@@ -255,18 +257,6 @@ def _export(graph: torch.nn.Module, out_path: Path, dummy: tuple[Any, ...],
     return (data_name,) if external else ()
 
 
-def _weight_count(config: Any) -> int:
-    """Weights of the exported graph from a Qwen3-style config: the embeddings and every layer's
-    attention and gated feed-forward projections (the head is pruned to two rows)."""
-    hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
-    heads = int(config.num_attention_heads)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    feed_forward = 3 * hidden * int(config.intermediate_size)
-    return int(config.vocab_size) * hidden + layers * (attention + feed_forward)
-
-
 class DecoderFamily(Family):
     """Causal LMs scored with a prompt recipe (``--recipe``; a built-in one is chosen by Hub id).
 
@@ -320,7 +310,8 @@ class DecoderFamily(Family):
         reasons = super().variant_reasons(config)
         reasons["fp16"] = ("fp16 is converted through onnxruntime's transformer optimizer, which "
                            f"knows no {config.model_type!r} graph; and a CPU cannot validate it")
-        fp32_bytes = 4 * _weight_count(config)
+        # the graph holds the body (embeddings and layers): the head is pruned to two rows
+        fp32_bytes = 4 * weight_count(meta_model(self.model_class(RERANK), config).model)
         if fp32_bytes > PROTOBUF_LIMIT_BYTES:
             # an OOM kill cannot be caught and recorded: it would take every variant with it
             reasons["int8"] = (
