@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from onnxrank._optional import require
 from onnxrank.bench.budgets import load_budgets
@@ -30,6 +31,8 @@ from onnxrank.cli.options import (
 )
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.runtime import choose_candidates, resolve_model_dir
+from onnxrank.engine.spec import kind_task, load_model_spec
 from onnxrank.retrieval.indexer import DEFAULT_EMBEDDER
 from onnxrank.types import Device
 
@@ -171,6 +174,27 @@ def check_dataset(path: str | Path) -> Path:
     return directory
 
 
+def check_model(name: str, models_dir: str | Path, options: dict[str, Any]) -> None:
+    """Load the model once before any scenario, so that a missing model, or engine options it
+    cannot run with on CPU, is one clear error instead of one per scenario.
+
+    It loads the first candidate `options` allow, on one thread, without the runtime probe: the
+    scenarios' engines probe for themselves, and a probe here would time every candidate of a
+    0.6B decoder on one thread for many minutes.
+
+    Raises:
+        ModelLoadError: `name` is not an exported model (and is not exported on first use).
+        ValueError: An option is out of range, or nothing the options allow can run on CPU.
+    """
+    config = EngineConfig().with_overrides(device="cpu", threads=1, **options)
+    model_dir = resolve_model_dir(name, models_dir, export_task=kind_task(Reranker.kind)
+                                  if config.export_on_first_use else None)
+    candidates, _ = choose_candidates(load_model_spec(model_dir), Device.CPU, config.backend,
+                                      config.precision)
+    Reranker.from_dir(model_dir, config, backend=candidates[0].backend,
+                      precision=candidates[0].precision)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     """Check the arguments, then run the selected scenario files under pytest.
 
@@ -191,11 +215,8 @@ def run_bench(args: argparse.Namespace) -> int:
     check_dataset(args.dataset)
     engine_options = bench_engine_options(
         config_overrides(args, EngineConfig, exclude=BENCH_OWN_OPTIONS))
-    # Load the model once here: a missing model, or engine options it cannot run with on CPU, is
-    # one clear error instead of one per scenario.
-    cpu_options = engine_options if Device.CPU.value in parse_devices(args.device) else {}
-    Reranker.from_pretrained(args.model, models_dir=args.models_dir, device="cpu", threads=1,
-                             **cpu_options)
+    check_model(args.model, args.models_dir,
+                engine_options if Device.CPU.value in parse_devices(args.device) else {})
     pytest = require("pytest", extra="bench")
     require("pytest_benchmark", extra="bench")
     out = Path(args.out)

@@ -31,6 +31,8 @@ from onnxrank.bench.machine import classify, read_cpu
 from onnxrank.bench.paths import DEFAULT_BUDGETS, DEFAULT_DATASET, DEFAULT_OUT
 from onnxrank.cli import bench_cmd, build_parser, main
 from onnxrank.cli.bench_cmd import OPT_IN_SCENARIO_FILES, SCENARIO_FILES, parse_scenarios, scenario_files
+from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.runtime import default_choice_cache
 
 pytestmark = pytest.mark.costly(150)
 
@@ -427,6 +429,16 @@ def test_engine_options_are_checked_before_the_suite_runs(
     assert capsys.readouterr().err == (
         "onnxrank bench: error: max_length=4096 exceeds the model's max_length=512 "
         f"({tiny_model_dir / 'manifest.json'})\n")
+
+
+def test_the_check_before_the_suite_loads_the_model_without_the_probe(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a probe here timed every candidate of a 0.6B decoder on one thread for over ten minutes
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bench_cmd.check_model(str(tiny_model_dir), tmp_path, {})
+    assert not default_choice_cache().exists()
+    Reranker.from_dir(tiny_model_dir, device="cpu", threads=1)  # what the check used to do
+    assert default_choice_cache().exists()
 
 
 def test_only_changed_engine_options_are_reported() -> None:
