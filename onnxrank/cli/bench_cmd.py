@@ -31,8 +31,8 @@ from onnxrank.cli.options import (
 )
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
-from onnxrank.engine.runtime import choose_candidates, resolve_model_dir
-from onnxrank.engine.spec import kind_task, load_model_spec
+from onnxrank.engine.runtime import choose_candidates
+from onnxrank.engine.spec import load_model_spec
 from onnxrank.retrieval.indexer import DEFAULT_EMBEDDER
 from onnxrank.types import Device
 
@@ -187,8 +187,7 @@ def check_model(name: str, models_dir: str | Path, options: dict[str, Any]) -> N
         ValueError: An option is out of range, or nothing the options allow can run on CPU.
     """
     config = EngineConfig().with_overrides(device="cpu", threads=1, **options)
-    model_dir = resolve_model_dir(name, models_dir, export_task=kind_task(Reranker.kind)
-                                  if config.export_on_first_use else None)
+    model_dir = Reranker.locate(name, models_dir=models_dir, config=config)
     candidates, _ = choose_candidates(load_model_spec(model_dir), Device.CPU, config.backend,
                                       config.precision)
     Reranker.from_dir(model_dir, config, backend=candidates[0].backend,

@@ -117,8 +117,20 @@ class EngineModel(ABC, Generic[Item]):
             ExportError: A first-use export failed (FidelityError: the fp32 gate).
         """
         config = (config or EngineConfig()).with_overrides(**overrides)
+        return cls.from_dir(cls.locate(name, models_dir=models_dir, config=config), config)
+
+    @classmethod
+    def locate(cls, name: str | Path, *, models_dir: str | Path = DEFAULT_MODELS_DIR,
+               config: EngineConfig) -> Path:
+        """The model directory `from_pretrained` loads for `name`: ``models_dir/name``, `name`
+        itself, or (``config.export_on_first_use``) a not yet exported checkpoint's export in
+        the user cache, exported now.
+
+        Raises:
+            ModelLoadError, MissingDependencyError, ExportError: As for from_pretrained.
+        """
         export_task = kind_task(cls.kind) if config.export_on_first_use and cls.kind else None
-        return cls.from_dir(resolve_model_dir(name, models_dir, export_task=export_task), config)
+        return resolve_model_dir(name, models_dir, export_task=export_task)
 
     @classmethod
     @abstractmethod

@@ -4,6 +4,7 @@ with the PyTorch reference, and check the fidelity thresholds."""
 from __future__ import annotations
 
 import logging
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from onnxrank.errors import ExportError, InferenceError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.validate import (
+    BATCH_ROW_TOKENS,
     BATCH_SIZE,
     HELD_OUT,
     compare,
@@ -189,15 +191,20 @@ def _prefix_outputs(context: ExportContext, variant: str, path: Path,
     and the prefix graph's runner."""
     backend, precision = run.backend, run.precision
     inputs = context.inputs
-    whole_graph = open_model_file(context.paths[variant], backend=backend, precision=precision)
     prefix_graph = open_model_file(path, backend=backend, precision=precision)
 
     def plan(lengths: list[int], prefix: int) -> list[Any]:
-        return plan_batches(lengths, max_batch_tokens=max(lengths) * BATCH_SIZE,
+        # the validation batches' bound (onnxrank.export.validate.length_batches)
+        return plan_batches(lengths, max_batch_tokens=BATCH_ROW_TOKENS * BATCH_SIZE,
                             max_batch_size=BATCH_SIZE)
 
     batches = plan_prefix_batches(inputs.rows, [inputs.groups[row.item_index]
                                                 for row in inputs.rows], plan)
+    # opened on first use: only a query whose rows share no token runs whole, and a decoder's
+    # whole-row graph is as large as its prefix graph
+    whole_graph = cache(partial(open_model_file, context.paths[variant],
+                                          backend=backend, precision=precision))
     outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
-                           run_with_prefix(prefix_graph.run, whole_graph.run), finite=None)
+                           run_with_prefix(prefix_graph.run,
+                                           lambda feeds: whole_graph().run(feeds)), finite=None)
     return outputs, batches, prefix_graph

@@ -32,7 +32,7 @@ from onnxrank.export.context import (
 )
 from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
-from onnxrank.export.gate import bf16_record, gate_prefix_graph, threshold_text, validate_file
+from onnxrank.export.gate import gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.onnx import DEFAULT_OPSET
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
@@ -49,7 +49,7 @@ from onnxrank.export.validate import (
     run_batches,
     threshold_failures,
 )
-from onnxrank.export.variants import VARIANT_STEPS
+from onnxrank.export.variants import VARIANT_STEPS, record_bf16_runs
 
 logger = logging.getLogger(__name__)
 
@@ -394,13 +394,9 @@ def _gate_fp32(context: ExportContext) -> BuiltVariant:
     fidelity, _, outputs = validate_file(context, "fp32")
     if threshold_failures(context.task, "fp32", fidelity, context.thresholds):
         check_thresholds(context.task, {"fp32": fidelity}, context.thresholds)
-    for run in VARIANTS["fp32"].runs_as:
-        if run.fidelity_key is not None:
-            fidelity[run.fidelity_key], bf16_outputs = bf16_record(
-                context, context.paths["fp32"], precision=run.precision, key=run.fidelity_key)
-            if bf16_outputs is not None:
-                outputs[run] = bf16_outputs
-    return BuiltVariant(fidelity, outputs=outputs)
+    built = BuiltVariant(fidelity, outputs=outputs)
+    record_bf16_runs(context, "fp32", built)
+    return built
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,7 +181,16 @@ def test_the_prefix_gate_compares_with_the_outputs_the_variant_measured(
         raise AssertionError("the prefix gate ran the whole rows again")
 
     monkeypatch.setattr(gate, "run_batches", no_whole_rows)
+    opened: list[Path] = []
+
+    def open_and_count(path: Path, **settings: Any) -> Any:
+        opened.append(Path(path))
+        return open_model_file(path, **settings)
+
+    monkeypatch.setattr(gate, "open_model_file", open_and_count)
     # measured outputs one above the graph's: the gate's difference is theirs, not a new run's
     record = gate.gate_prefix_graph(context, "fp32", recipe_model_dir / spec.prefix_graphs["fp32"].file,
                                     BuiltVariant({}, outputs={run: whole + 1.0}))
     assert record["max_abs_diff"] == pytest.approx(1.0, abs=1e-4) and record["passed"] is False
+    # every query's rows share a prefix here, so the whole-row graph is not even opened
+    assert whole_path not in opened and len(opened) == 1

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxrank import Device, Reranker
+from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import resolve_device
 from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.kinds import KINDS
@@ -132,6 +133,8 @@ def test_from_pretrained_resolves_names(tiny_model_dir: Path, tmp_path: Path) ->
     by_path = Reranker.from_pretrained(tiny_model_dir, device="cpu")
     pairs = [("wing", "a wing in a slipstream")]
     np.testing.assert_array_equal(by_name.score(pairs), by_path.score(pairs))
+    assert Reranker.locate(tiny_model_dir.name, models_dir=models_dir,
+                           config=EngineConfig()).resolve() == tiny_model_dir.resolve()
     with pytest.raises(ModelLoadError, match=re.escape(
         f"no exported model named 'missing' in {tmp_path.resolve()}"
     )):
