@@ -320,6 +320,20 @@ def ceilings(contenders: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return best
 
 
+CPU_ONLY_CEILING = "the GEMM ceiling is measured on CPU only"
+
+
+def ceilings_for(device: str, ceilings: dict[str, dict[str, Any]], missing_note: str,
+                 peaks: dict[str, dict[str, Any]]
+                 ) -> tuple[dict[str, dict[str, Any]], str, dict[str, dict[str, Any]]]:
+    """The ceilings (with the note for when they are empty) and the peaks that a row measured on
+    `device` is held to: the ceiling scenario times CPU GEMMs and the peaks are the CPU's
+    instructions, so a row of another device (cuda) is held to neither."""
+    if device == "cpu":
+        return ceilings, missing_note, peaks
+    return {}, CPU_ONLY_CEILING, {}
+
+
 def ceiling_share(effective_ops_per_s: float, precision: str | None,
                   ceilings: dict[str, dict[str, Any]], missing_note: str) -> dict[str, Any]:
     """A contender's effective ops/s as a share of the ceiling of its precision.

@@ -22,10 +22,12 @@ from onnxrank import Reranker
 from onnxrank.bench.ceiling import (
     ACTIVATION_RANGE,
     CEILING_SHAPES,
+    CPU_ONLY_CEILING,
     GEMM_PATHS,
     WEIGHT_SCALE,
     ceiling_share,
     ceilings,
+    ceilings_for,
     model_shapes,
     peak_share,
 )
@@ -176,6 +178,17 @@ def test_peak_share_per_precision() -> None:
     # no clock stated, no instruction for the precision, no precision: no share
     for precision in ("fp32", "bf16", None):
         assert peak_share(1e11, precision, peaks) == {"peak_ops_per_s": None, "peak_share": None}
+
+
+def test_a_cuda_row_is_held_to_no_cpu_ceiling_or_peak() -> None:
+    measured, peaks = {"fp32": {"ops_per_s": 1e11}}, {"fp32": {"ops_per_s": 2e11}}
+    assert ceilings_for("cpu", measured, "", peaks) == (measured, "", peaks)
+    # seen on an H100 machine before: a cuda row's share of the host CPU's fp32 peak read 367%
+    held, note, held_peaks = ceilings_for("cuda", measured, "", peaks)
+    assert ceiling_share(7.5e12, "fp32", held, note) == {
+        "ceiling_precision": "fp32", "ceiling_ops_per_s": None, "ceiling_share": None,
+        "ceiling_note": CPU_ONLY_CEILING}
+    assert peak_share(7.5e12, "fp32", held_peaks) == {"peak_ops_per_s": None, "peak_share": None}
 
 
 def test_engine_settings_hold_every_option_and_what_runs(tiny_model_dir: Path) -> None:

@@ -22,7 +22,7 @@ from onnxrank.bench.baselines import (
     SentenceTransformersBaseline,
 )
 from onnxrank.bench.budgets import BudgetFile, Verdict, check_budgets, load_budgets, verdict_table
-from onnxrank.bench.ceiling import ceiling_share, peak_share
+from onnxrank.bench.ceiling import ceiling_share, ceilings_for, peak_share
 from onnxrank.bench.contenders import bench_engine_options, describe_engine_options, pairs_contender
 from onnxrank.bench.environment import calibrate, device_unavailable_reason, machine_info, parse_devices
 from onnxrank.bench.flops import ModelFlops, model_flops
@@ -418,13 +418,15 @@ class BenchRun:
         on a broken enforced budget. `engine`: the engine of a scenario that measures its own model
         (families, decoder), which then labels the result and picks its budgets; else the run's."""
         spec = (engine or self.reference_engine).spec
+        ceilings, ceiling_note, peaks = ceilings_for(result.device, self.ceilings,
+                                                     self.ceiling_note, self.peaks)
         for contender in result.contenders.values():
             stats = contender["stats"]
             if "effective_ops_per_s" in stats:
                 precision = contender["settings"].get("precision")
                 stats.update(ceiling_share(stats["effective_ops_per_s"], precision,
-                                           self.ceilings, self.ceiling_note))
-                stats.update(peak_share(stats["effective_ops_per_s"], precision, self.peaks))
+                                           ceilings, ceiling_note))
+                stats.update(peak_share(stats["effective_ops_per_s"], precision, peaks))
         benchmark.group = f"{result.scenario}/{result.regime}/{result.device}"
         benchmark.extra_info.update({
             "scenario": result.scenario, "regime": result.regime, "device": result.device,
@@ -437,8 +439,8 @@ class BenchRun:
         self.results.append(result)
         verdicts = check_budgets(self.budgets, result, model=spec.name,
                                  scale=self.scale, machine_class=self.machine_class,
-                                 not_enforced=self.not_enforced_reason, ceilings=self.ceilings,
-                                 ceiling_note=self.ceiling_note)
+                                 not_enforced=self.not_enforced_reason, ceilings=ceilings,
+                                 ceiling_note=ceiling_note)
         self.verdicts.extend(verdicts)
         broken = [verdict for verdict in verdicts if verdict.failed]
         if broken:

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from onnxrank.bench.ceiling import GEMM_PATHS, ceilings, model_shapes, repeats_for
+from onnxrank.bench.ceiling import CPU_ONLY_CEILING, GEMM_PATHS, ceilings, model_shapes, repeats_for
 from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved, time_stats
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.errors import DeviceUnavailableError, MissingDependencyError
@@ -29,8 +29,7 @@ REGIME = "gemm"
 
 def test_ceiling(benchmark: Any, bench: BenchRun, device: str) -> None:
     if device != Device.CPU.value:
-        bench.ceiling_note = "the GEMM ceiling is measured on CPU only"
-        bench.skip_scenario(SCENARIO, REGIME, device, bench.ceiling_note)
+        bench.skip_scenario(SCENARIO, REGIME, device, CPU_ONLY_CEILING)
     flops = bench.model_flops
     if isinstance(flops, str):
         bench.ceiling_note = flops
