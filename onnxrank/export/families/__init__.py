@@ -2,7 +2,7 @@
 checkpoint's ``config.model_type`` through `family_for`.
 
 A new family is one new module in this package with a ``FAMILY`` instance; nothing else changes
-(tests/export/test_families.py tests every registered family).
+(tests/export/test_families*.py test every registered family).
 """
 
 from __future__ import annotations

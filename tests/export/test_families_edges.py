@@ -1,0 +1,131 @@
+"""The family machinery's edges: the [CLS]-only last layer against the full model, a model_type
+with no family module (fp32 only, said why), one that cannot be traced (fails naming what is
+missing), and a long-context family (its max_length kept, its windows working)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from child_process import in_child_process
+from family_cases import CROSS_ENCODERS, PAIRS, TINY_PAIRS
+
+from onnxrank.bench.family_checkpoints import build_family_checkpoint
+from onnxrank.cli import main
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.export.families import family_for
+
+pytestmark = pytest.mark.costly(25)
+
+
+@pytest.mark.parametrize("family", CROSS_ENCODERS)
+def test_cls_only_last_layer_matches_the_full_model_where_applied(
+        family: str, family_checkpoints: dict[str, Path]) -> None:
+    import torch
+    import transformers
+
+    checkpoint = family_checkpoints[family]
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, attn_implementation="eager").eval()
+    family_module = family_for(model.config)
+    reason = family_module.cls_only_support(model)
+    if reason is not None:
+        assert family in ("modernbert", "deberta-v2"), reason
+        return
+    pruned = family_module.cls_only_model(model)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        full, cls_only = model(**batch).logits, pruned(**batch).logits
+    spread = float(full.max() - full.min())
+    assert float((full - cls_only).abs().max()) <= 1e-5 * max(spread, 1.0)
+
+
+def test_unknown_family_exports_fp32_only_and_says_why(
+        family_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    checkpoint = tmp_path / "distilbert"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(family_checkpoints["bert"])
+    config = transformers.DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=2,
+                                           hidden_dim=64, num_labels=1, initializer_range=0.2)
+    torch.manual_seed(0)
+    transformers.DistilBertForSequenceClassification(config).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    spec = in_child_process(export_model, ExportRequest(
+        model=str(checkpoint), out_dir=tmp_path / "out", validation_pairs=TINY_PAIRS)).spec
+    assert list(spec.variants) == ["fp32"]
+    assert spec.family["known"] is False and spec.family["model_type"] == "distilbert"
+    for variant in ("opt", "int8", "fp16", "ov_int8"):
+        assert spec.failed_variants[variant] == {
+            "stage": "not applicable",
+            "reason": "model_type 'distilbert' has no family module in onnxrank.export.families: "
+                      "only the plain fp32 graph is exported"}
+    assert spec.graph_rewrites["cls_only_last_layer"]["applied"] is False
+
+
+def test_family_that_cannot_be_traced_fails_naming_the_family_and_what_is_missing(
+        family_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    from onnxrank.errors import ExportError
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    # FNet mixes tokens with a Fourier transform (torch.fft) that the ONNX exporter cannot trace,
+    # and its config has no attention heads
+    checkpoint = tmp_path / "fnet"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(family_checkpoints["bert"])
+    config = transformers.FNetConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     intermediate_size=64, num_labels=1)
+    torch.manual_seed(0)
+    transformers.FNetForSequenceClassification(config).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as raised:
+        in_child_process(export_model, ExportRequest(model=str(checkpoint), out_dir=out,
+                                                     validation_pairs=TINY_PAIRS))
+    message = str(raised.value)
+    assert "(unknown (fnet) family, model_type 'fnet'" in message
+    assert "fft" in message and "needs a family module in onnxrank.export.families" in message
+    assert not (out / "manifest.json").exists()
+
+
+def test_long_context_family_keeps_its_max_length_and_windows_work(tmp_path: Path) -> None:
+    from onnxrank.engine.config import EngineConfig
+    from onnxrank.engine.reranker import Reranker
+
+    # twice BERT's 512 is long enough to show it; at 2048 the export's eager attention over the
+    # tiny tokenizer's 2,000-token validation rows took 4.5 GB
+    checkpoint = build_family_checkpoint("modernbert", tmp_path / "long", size="tiny",
+                                         max_position_embeddings=1024)
+    out = tmp_path / "long-model"
+    assert in_child_process(main, ["export", "--model", str(checkpoint), "--out", str(out),
+                                   "--variants", "fp32", "--validation-pairs", "16", "--quiet"]) == 0
+    spec = load_model_spec(out)
+    assert spec.max_length == 1024
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model_config"]["max_position_embeddings"] == 1024
+    long_document = " ".join(["the lift of a thin wing in supersonic flow"] * 400)
+    pairs = [("thin wing lift", long_document), ("thin wing lift", "heat transfer")]
+    reranker = Reranker.from_dir(out, EngineConfig(device="cpu", threads=1, max_batch_tokens=4096))
+    whole = reranker.score_detailed(pairs)
+    # the long document is read whole: one row longer than a BERT-sized model's 512, in a
+    # batch of the token-budget batcher
+    assert int(whole.token_counts[0]) > 512
+    assert max(length for _, length in whole.batches) > 512
+    chunked = Reranker.from_dir(out, EngineConfig(device="cpu", threads=1, max_batch_tokens=4096,
+                                                  long_documents="max_chunk", window_tokens=256))
+    chunked_run = chunked.score_detailed(pairs)
+    windows = chunked_run.scores
+    assert len(chunked_run.batches) >= 1 and max(length for _, length in chunked_run.batches) <= 512
+    assert whole.scores.shape == windows.shape == (2,)
+    assert np.isfinite(windows).all()
+    # the short document fits one window: its score is the same either way
+    assert abs(float(windows[1]) - float(whole.scores[1])) < 1e-4
