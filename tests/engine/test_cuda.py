@@ -16,7 +16,7 @@ import pytest
 from test_reranker import DOCUMENTS, QUERY, spearman, torch_reference
 
 from onnxrank import Reranker
-from onnxrank.engine.backends.onnxruntime import CUDA_ATTENTION_KERNELS, OnnxruntimeRunner
+from onnxrank.engine.backends.onnxruntime import CUDA_PROVIDER_OPTIONS, OnnxruntimeRunner
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,8 +27,8 @@ pytestmark = [
 PAIRS = [(QUERY, document) for document in DOCUMENTS] * 3
 # fp16 on the tiny model (logits spread over ~9): the export's own fp16 gate, 0.05
 FP16_MAX_ABS_DIFF = 5e-2
-# fp32 on the CUDA provider: cuBLAS may sum in another order than the CPU (TF32 is off in
-# onnxruntime by default)
+# fp32 on the CUDA provider: cuBLAS may sum in another order than the CPU (TF32 is off:
+# CUDA_PROVIDER_OPTIONS)
 CUDA_FP32_MAX_ABS_DIFF = 1e-3
 
 
@@ -47,9 +47,9 @@ def test_cuda_runs_fp16_with_io_binding_and_matches_pytorch(
     info = reranker.device_info
     assert (info.device, info.provider, info.variant, info.precision) == (
         "cuda", "CUDAExecutionProvider", "fp16", "fp16")
-    # cuDNN's attention (a new plan for every shape) is left out of the session's kernels
+    # cuDNN's attention (a new plan for every shape) is left out, and TF32 is off
     options = reranker._runner.session.get_provider_options()["CUDAExecutionProvider"]
-    assert options["sdpa_kernel"] == str(CUDA_ATTENTION_KERNELS)
+    assert {key: options[key] for key in CUDA_PROVIDER_OPTIONS} == CUDA_PROVIDER_OPTIONS
     scores = reranker.score(PAIRS)
     expected = torch_reference(tiny_checkpoint_dir, PAIRS, reranker.config.max_length)
     assert scores.dtype == np.float32
