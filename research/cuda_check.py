@@ -18,11 +18,18 @@ Random weights make the pooled features of different inputs nearly alike, and th
 rescaled to spread the logits anyway (onnxrank.bench.family_checkpoints), which magnifies fp16
 rounding: ``--fp16-max-abs-diff`` loosens the export's fp16 gate for such speed-only checkpoints.
 
+``attention``: onnxruntime's attention kernels on new and repeated shapes (the engine's
+CUDA_PROVIDER_OPTIONS leave cuDNN's out): an exported fp16 file run at 67 shapes (16 rows x 59
+lengths, 8 row counts x 128), each once new and once again, in a fresh process per kernel mask
+(onnxruntime reads the mask once per process).
+
 ``reference`` and ``exported``: the same fidelity check for a model that is too large to build
 on the GPU machine: ``reference`` writes PyTorch fp32 logits of the validation pairs on this
 machine's CPU; ``exported`` scores the pairs with an exported model directory on CUDA and compares::
 
     python research/cuda_check.py families --work /tmp/cuda-check --out bert.json --families bert
+    python research/cuda_check.py attention --model-file models/minilm-standin/model_fp16.onnx \\
+        --out attention.json
     python research/cuda_check.py reference --checkpoint models/minilm-standin/checkpoint \\
         --out ref.json
     python research/cuda_check.py exported --model models/minilm-standin --reference ref.json \\
@@ -33,7 +40,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -125,6 +135,43 @@ def cuda_engines(model_dir: Path, device: str, pairs: list[tuple[str, str]],
     return engines
 
 
+ATTENTION_MASKS = ("default", "55", "2", "1", "4", "16")
+ATTENTION_SHAPES = [(16, length) for length in range(40, 512, 8)] + [
+    (rows, 128) for rows in (1, 3, 5, 7, 9, 24, 40, 64)]
+
+
+def time_attention_kernels(model_file: Path, mask: str) -> dict[str, Any]:
+    """One kernel mask (onnxruntime's sdpa_kernel; "default" = none set): milliseconds to run
+    ATTENTION_SHAPES once new and once again."""
+    import onnxruntime
+
+    options = {} if mask == "default" else {"sdpa_kernel": mask}
+    session_options = onnxruntime.SessionOptions()
+    session_options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(
+        str(model_file), session_options,
+        providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
+    names = {node.name for node in session.get_inputs()}
+    rng = np.random.default_rng(0)
+
+    def feeds(rows: int, length: int) -> dict[str, np.ndarray]:
+        ids = rng.integers(1000, 20000, (rows, length))
+        ids[:, 0], ids[:, -1] = 101, 102
+        batch = {"input_ids": ids, "attention_mask": np.ones((rows, length), np.int64),
+                 "token_type_ids": np.zeros((rows, length), np.int64)}
+        return {name: value.astype(np.int64) for name, value in batch.items() if name in names}
+
+    session.run(None, feeds(16, 32))
+    batches = [feeds(rows, length) for rows, length in ATTENTION_SHAPES]
+    passes = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for batch in batches:
+            session.run(None, batch)
+        passes.append(round((time.perf_counter() - start) * 1000, 1))
+    return {"sdpa_kernel": mask, "shapes": len(batches), "new_ms": passes[0], "again_ms": passes[1]}
+
+
 def check_family(family: str, work: Path, *, size: str, device: str, rounds: int,
                  fp16_max_abs_diff: float) -> dict[str, Any]:
     import torch
@@ -192,6 +239,10 @@ def main() -> None:
     # a dry run of the script itself on a machine without a GPU: --size tiny --device cpu
     family_command.add_argument("--size", choices=("full", "tiny"), default="full")
     family_command.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    attention_command = commands.add_parser("attention")
+    attention_command.add_argument("--model-file", type=Path, required=True)
+    attention_command.add_argument("--mask", help="one mask, in this process (the command runs "
+                                   "each of ATTENTION_MASKS in a process of its own)")
     reference_command = commands.add_parser("reference")
     reference_command.add_argument("--checkpoint", type=Path, required=True)
     reference_command.add_argument("--max-length", type=int, default=512)
@@ -199,9 +250,22 @@ def main() -> None:
     exported_command.add_argument("--model", type=Path, required=True)
     exported_command.add_argument("--reference", type=Path, required=True)
     exported_command.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    for command in (family_command, reference_command, exported_command):
+    for command in (family_command, attention_command, reference_command, exported_command):
         command.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.command == "attention":
+        if args.mask:
+            print(json.dumps(time_attention_kernels(args.model_file, args.mask)))
+            return
+        rows = [json.loads(subprocess.run(
+            [sys.executable, __file__, "attention", "--model-file", str(args.model_file),
+             "--mask", mask, "--out", os.devnull],
+            capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            for mask in ATTENTION_MASKS]
+        args.out.write_text(json.dumps(rows, indent=2))
+        for row in rows:
+            print(row)
+        return
     if args.command == "reference":
         import torch
 
