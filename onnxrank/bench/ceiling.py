@@ -41,6 +41,7 @@ from onnxrank.bench.flops import CEILING_PAIRS, CEILING_TOKENS, ModelFlops
 from onnxrank.engine.backends.onnxruntime import session_options
 from onnxrank.engine.backends.openvino import openvino_core
 from onnxrank.errors import DeviceUnavailableError
+from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,7 @@ def ceilings_for(device: str, ceilings: dict[str, dict[str, Any]], missing_note:
     """The ceilings (with the note for when they are empty) and the peaks that a row measured on
     `device` is held to: the ceiling scenario times CPU GEMMs and the peaks are the CPU's
     instructions, so a row of another device (cuda) is held to neither."""
-    if device == "cpu":
+    if device == Device.CPU.value:
         return ceilings, missing_note, peaks
     return {}, CPU_ONLY_CEILING, {}
 

@@ -22,7 +22,7 @@ from onnxrank.bench.baselines import (
     SentenceTransformersBaseline,
 )
 from onnxrank.bench.budgets import BudgetFile, Verdict, check_budgets, load_budgets, verdict_table
-from onnxrank.bench.ceiling import ceiling_share, ceilings_for, peak_share
+from onnxrank.bench.ceiling import CPU_ONLY_CEILING, ceiling_share, ceilings_for, peak_share
 from onnxrank.bench.contenders import bench_engine_options, describe_engine_options, pairs_contender
 from onnxrank.bench.environment import calibrate, device_unavailable_reason, machine_info, parse_devices
 from onnxrank.bench.flops import ModelFlops, model_flops
@@ -51,6 +51,7 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import usable_cpus
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.errors import MissingDependencyError, ModelLoadError, RerankError
+from onnxrank.types import Device
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +184,9 @@ class BenchRun:
         self.verdicts: list[Verdict] = []
         # precision -> the fastest GEMM of that precision (set by the ceiling scenario)
         self.ceilings: dict[str, dict[str, Any]] = {}
-        self.ceiling_note = "the ceiling scenario did not run"
+        # a run without CPU rows measures no ceiling (test_ceiling.py times CPU GEMMs only)
+        self.ceiling_note = ("the ceiling scenario did not run"
+                             if Device.CPU.value in self.devices else CPU_ONLY_CEILING)
         self._engines: dict[EngineConfig, Reranker] = {}
         self._baselines: dict[tuple[str, str], Any] = {}
         self._workloads: dict[tuple[str, int, int], Workload] = {}

@@ -25,9 +25,9 @@ _build_lock = threading.Lock()
 # The CUDA provider's attention kernels, onnxruntime's `sdpa_kernel` bit mask: flash 1,
 # memory-efficient 2, TensorRT fused 4, cuDNN 8, unfused 16, TensorRT flash 32. With no mask,
 # onnxruntime prefers cuDNN's attention on Hopper GPUs, and cuDNN builds a plan for every new
-# (batch, length) shape: on an H100, 50-pair queries of lengths not seen before took a median
-# 135 ms with fp16 instead of 26 ms (research/cuda_check.py). Reranking meets a new shape in most
-# batches, so the mask leaves cuDNN out.
+# (batch, length) shape: on an H100, 67 shapes new to the stand-in's fp16 file took 3,085 ms
+# with cuDNN and 477 ms without (`research/cuda_check.py attention`). Reranking meets a new shape
+# in most batches, so the mask leaves cuDNN out.
 CUDA_ATTENTION_KERNELS = 1 | 2 | 4 | 16 | 32
 # onnxruntime runs fp32 MatMuls in TF32 on the CUDA provider unless told not to: the opt variant
 # then moved up to 0.05 from PyTorch fp32 on an H100 (random-weight MiniLM shape, logits spread
