@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxrank import Device, Reranker
+from onnxrank.engine.backends.onnxruntime import providers_for
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import resolve_device
 from onnxrank.engine.embedder import Embedder
@@ -169,6 +170,16 @@ def test_explicit_cuda_without_provider_names_the_available_ones(tiny_model_dir:
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         with pytest.raises(DeviceUnavailableError):
             Reranker.from_dir(tiny_model_dir, device="cuda")
+
+
+def test_cuda_sessions_leave_out_cudnn_attention_and_tf32() -> None:
+    cuda, cpu = providers_for(Device.CUDA)
+    assert (cuda[0], cpu) == ("CUDAExecutionProvider", "CPUExecutionProvider")
+    options = cuda[1]
+    cudnn_attention = 8  # onnxruntime's sdpa_kernel bit for cuDNN's attention
+    assert int(options["sdpa_kernel"]) & cudnn_attention == 0 and int(options["sdpa_kernel"]) > 0
+    assert options["use_tf32"] == "0"
+    assert providers_for(Device.CPU) == ["CPUExecutionProvider"]
 
 
 def test_cuda_never_runs_int8(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
