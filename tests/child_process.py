@@ -7,10 +7,11 @@ it is returned when the child exits.
 
 The call is the same code with the same arguments: `in_child_process` returns what it returns and
 raises what it raises (an ExportError from the child is an ExportError here, with the child's
-traceback as its cause). Children fork from a server that has imported torch, transformers and
-onnxruntime once, so a call does not pay the several seconds of CPU of importing them again. The child runs
-with the caller's environment and working directory of the moment of the call. What it prints
-or logs is not captured by `capsys`/`caplog`: tests that read those call in the test process.
+traceback as its cause). Children fork from a server that has imported torch, transformers,
+onnxruntime, OpenVINO and NNCF once (_PRELOAD), so a call does not pay the seconds of CPU of
+importing them again. The child runs with the caller's environment and working directory of the
+moment of the call. What it prints or logs is not captured by `capsys`/`caplog`: tests that read
+those call in the test process.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from typing import Any, TypeVar
 
 Result = TypeVar("Result")
 
-# imported once by the fork server; the rest (OpenVINO, NNCF) is imported by the children that need it
-_PRELOAD = ["torch", "transformers", "onnx", "onnxruntime", "onnxrank.export.pipeline", "onnxrank.cli"]
+# imported once by the fork server. transformers imports its model classes lazily, and their first
+# use pulls in generation utilities, scikit-learn, SciPy and torch._dynamo: about 2 s of every
+# child's 4 s export of a tiny model before these were preloaded (OpenVINO and NNCF add 0.5 s)
+_PRELOAD = ["torch", "transformers", "transformers.models.auto.modeling_auto", "onnx", "onnxruntime",
+            "onnxruntime.quantization", "onnxruntime.transformers.optimizer", "openvino", "nncf",
+            "onnxrank.export.pipeline", "onnxrank.cli"]
 
 
 def _call_as(environment: dict[str, str], directory: str, function: Callable[..., Result],

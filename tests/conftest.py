@@ -7,6 +7,7 @@
 * ``tiny_embedder_checkpoint_dir`` / ``tiny_embedder_dir``: the same for a sentence-transformers
   embedding model (mean pooling + Normalize).
 
+Each is built once per run, whichever worker asks first (tests/built_once.py), and is read-only.
 The fixture exports run in a child process (tests/child_process.py: the memory an export takes
 goes back when it ends) and validate on 48 pairs (3 query groups) to stay fast. Their int8 thresholds are
 relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide encoder separates inputs by small
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from built_once import built_once
 from child_process import in_child_process
 
 TINY_VALIDATION_PAIRS = 48
@@ -50,9 +52,8 @@ def tiny_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random cross-encoder checkpoint (HF format, loadable by sentence_transformers.CrossEncoder)."""
     from onnxrank.export.standin import build_reranker_checkpoint
 
-    directory = tmp_path_factory.mktemp("tiny-checkpoint") / "tiny-reranker"
-    build_reranker_checkpoint(directory, size="tiny", seed=0)
-    return directory
+    return built_once(tmp_path_factory, "tiny-checkpoint/tiny-reranker",
+                      lambda directory: build_reranker_checkpoint(directory, size="tiny", seed=0))
 
 
 @pytest.fixture(scope="session")
@@ -60,11 +61,10 @@ def tiny_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathF
     """`tiny_checkpoint_dir` exported with all four variants (models/NAME layout, manifest.json)."""
     from onnxrank.export.pipeline import ExportRequest, export_model
 
-    out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-reranker"
-    in_child_process(export_model, ExportRequest(
-        model=str(tiny_checkpoint_dir), out_dir=out_dir, validation_pairs=TINY_VALIDATION_PAIRS,
-        thresholds=_tiny_thresholds()))
-    return out_dir
+    return built_once(tmp_path_factory, "tiny-models/tiny-reranker", lambda out_dir: in_child_process(
+        export_model, ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out_dir,
+                                    validation_pairs=TINY_VALIDATION_PAIRS,
+                                    thresholds=_tiny_thresholds())))
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +72,8 @@ def tiny_embedder_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Pa
     """A tiny random sentence-transformers checkpoint (Transformer -> mean Pooling -> Normalize)."""
     from onnxrank.export.standin import build_embedder_checkpoint
 
-    directory = tmp_path_factory.mktemp("tiny-embedder-checkpoint") / "tiny-embedder"
-    build_embedder_checkpoint(directory, size="tiny", seed=0)
-    return directory
+    return built_once(tmp_path_factory, "tiny-embedder-checkpoint/tiny-embedder",
+                      lambda directory: build_embedder_checkpoint(directory, size="tiny", seed=0))
 
 
 @pytest.fixture(scope="session")
@@ -84,11 +83,10 @@ def tiny_embedder_dir(
     """`tiny_embedder_checkpoint_dir` exported as an embedding model with all four variants."""
     from onnxrank.export.pipeline import ExportRequest, export_model
 
-    out_dir = tmp_path_factory.mktemp("tiny-models") / "tiny-embedder"
-    in_child_process(export_model, ExportRequest(
-        model=str(tiny_embedder_checkpoint_dir), out_dir=out_dir, task="embedding",
-        validation_pairs=TINY_VALIDATION_PAIRS, thresholds=_tiny_thresholds()))
-    return out_dir
+    return built_once(tmp_path_factory, "tiny-models/tiny-embedder", lambda out_dir: in_child_process(
+        export_model, ExportRequest(model=str(tiny_embedder_checkpoint_dir), out_dir=out_dir,
+                                    task="embedding", validation_pairs=TINY_VALIDATION_PAIRS,
+                                    thresholds=_tiny_thresholds())))
 
 
 # --- costliest files first ---------------------------------------------------------------------

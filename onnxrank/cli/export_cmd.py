@@ -105,6 +105,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(export, "export", "--validation-pairs", type=int, default=None,
              help="validate on about N pairs (whole query groups of both parts) instead of all "
              "the shipped pairs; for quick trial runs")
+    add_flag(export, "export", "--calibration-pairs", type=int, default=None,
+             help="calibrate the static int8 recipes (ov_int8, --int8-method static) on about N "
+             "pairs (whole query groups) instead of all 320 shipped calibration pairs; for quick "
+             "trial runs")
     add_flag(export, "export", "--registry", type=Path, default=DEFAULT_REGISTRY,
              help="model registry JSON")
     add_flag(export, "export", "--seed", type=int, default=0,
@@ -226,6 +230,7 @@ def run_export(args: argparse.Namespace) -> int:
             Int8Settings(method=args.int8_method, per_channel=not args.int8_per_tensor),),
         cls_only_last_layer=args.cls_only_last_layer,
         validation_pairs=args.validation_pairs,
+        calibration_pairs=args.calibration_pairs,
         registry_path=args.registry,
         seed=args.seed,
         recipe=args.recipe,

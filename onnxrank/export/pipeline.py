@@ -84,6 +84,8 @@ class ExportRequest:
             pruned: mean pooling reads every row.
         validation_pairs: Validate on about this many pairs (whole query groups of both parts);
             None = all the shipped pairs.
+        calibration_pairs: Calibrate the static int8 recipes on about this many pairs (whole
+            query groups); None = all the shipped calibration pairs.
         registry_path: models/registry.json.
         seed: Seed for stand-in weights and head fitting.
         recipe: Decoder rerankers: a built-in scoring recipe's name or a recipe file (JSON);
@@ -101,6 +103,7 @@ class ExportRequest:
     ov_int8: tuple[OvInt8Settings, ...] = DEFAULT_OV_INT8_RECIPES
     cls_only_last_layer: bool = True
     validation_pairs: int | None = None
+    calibration_pairs: int | None = None
     registry_path: Path = DEFAULT_REGISTRY
     seed: int = 0
     recipe: str | None = None
@@ -384,7 +387,8 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
     validation, calibration = (
         encode_validation(pairs, work_dir / TOKENIZER_FILE, task=task,
                           max_length=traced.max_length, pad_id=pad_id, prompt=prompt)
-        for pairs in (load_validation_pairs(request.validation_pairs), load_calibration_pairs()))
+        for pairs in (load_validation_pairs(request.validation_pairs),
+                      load_calibration_pairs(request.calibration_pairs)))
     return validation, calibration
 
 

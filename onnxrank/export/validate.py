@@ -123,10 +123,25 @@ def _spread(groups: list[str], count: int) -> set[str]:
     return {groups[int(i)] for i in np.linspace(0, len(groups) - 1, count).round()}
 
 
-def load_calibration_pairs() -> list[ValidationPair]:
-    """The shipped calibration pairs: no query and no passage in common with the validation pairs."""
-    return [ValidationPair(row["group"], row["query"], row["passage"], "calibration")
-            for row in _read_pairs(CALIBRATION_FILE)]
+def load_calibration_pairs(limit: int | None = None) -> list[ValidationPair]:
+    """The shipped calibration pairs: no query and no passage in common with the validation pairs.
+
+    Args:
+        limit: About this many pairs, as whole query groups spread over the file (at least one
+            group); None = all of them.
+
+    Raises:
+        ValueError: `limit` is below 1.
+    """
+    pairs = [ValidationPair(row["group"], row["query"], row["passage"], "calibration")
+             for row in _read_pairs(CALIBRATION_FILE)]
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"calibration pairs must be >= 1, got {limit}")
+        groups = list(dict.fromkeys(pair.group for pair in pairs))
+        chosen = _spread(groups, max(1, round(limit / (len(pairs) / len(groups)))))
+        pairs = [pair for pair in pairs if pair.group in chosen]
+    return pairs
 
 
 def length_batches(rows: Sequence[EncodedRow], pad_id: int,

@@ -84,31 +84,39 @@ def test_a_full_run_enforces_budgets_and_takes_queries_threads_dataset(
         assert contender["settings"]["threads"] == 1, name
 
 
-def test_a_quick_run_does_not_fail_on_a_broken_budget(tiny_model_dir: Path,
-                                                      tmp_path: Path) -> None:
-    budgets = tmp_path / "impossible.toml"
+@pytest.fixture(scope="module")
+def quick_run_with_flags(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                         ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One quick run (latency and sweeps) with the engine's flags and twins set and a budget no
+    engine can meet: the two tests below read it (a bench run costs about 20 s here)."""
+    work = tmp_path_factory.mktemp("quick-flags")
+    budgets = work / "impossible.toml"
     budgets.write_text('model = "*"\n[calibration]\nreference_ms = 1000000.0\n'
                        '[[cpu]]\nscenario = "latency"\nregime = "short"\np50_ms = 0.001\n')
-    completed = _bench(tmp_path, "--quick", "--model", str(tiny_model_dir), "--device", "cpu",
-                       "--scenarios", "latency", "--regimes", "short", "--budgets", str(budgets),
-                       "--out", str(tmp_path / "report"))
+    # --precision as a flag, max_batch_size through its global twin; ONNXRANK_THREADS is the
+    # engine's twin, which the bench's own --threads (ONNXRANK_BENCH_THREADS) does not read.
+    environment = bench_outside_xdist.environment(ONNXRANK_MAX_BATCH_SIZE="32", ONNXRANK_THREADS="1")
+    out = work / "report"
+    completed = subprocess.run(
+        [sys.executable, "-m", "onnxrank", "bench", "--quick", "--model", str(tiny_model_dir),
+         "--device", "cpu", "--scenarios", "latency,sweeps", "--regimes", "short",
+         "--precision", "fp32", "--budgets", str(budgets), "--out", str(out)],
+        cwd=work, env=environment, capture_output=True, text=True, timeout=900)
+    return completed, out
+
+
+def test_a_quick_run_does_not_fail_on_a_broken_budget(
+        quick_run_with_flags: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    completed, _ = quick_run_with_flags
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     assert re.search(r"latency/short engine p50_ms\s+cpu\s+any\s+[\d.]+ ms\s+<= 0\.00 ms\s+not "
                      r"enforced: quick run", completed.stdout)
     assert "no enforced budget broken" in completed.stdout
 
 
-def test_engine_flags_and_twins_reach_every_engine_contender(tiny_model_dir: Path,
-                                                             tmp_path: Path) -> None:
-    # --precision as a flag, max_batch_size through its global twin; ONNXRANK_THREADS is the
-    # engine's twin, which the bench's own --threads (ONNXRANK_BENCH_THREADS) does not read.
-    environment = bench_outside_xdist.environment(ONNXRANK_MAX_BATCH_SIZE="32", ONNXRANK_THREADS="1")
-    out = tmp_path / "report"
-    completed = subprocess.run(
-        [sys.executable, "-m", "onnxrank", "bench", "--quick", "--model", str(tiny_model_dir),
-         "--device", "cpu", "--scenarios", "latency,sweeps", "--regimes", "short",
-         "--precision", "fp32", "--out", str(out)],
-        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900)
+def test_engine_flags_and_twins_reach_every_engine_contender(
+        quick_run_with_flags: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    completed, out = quick_run_with_flags
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     changed = "defaults except precision='fp32', max_batch_size=32"
     assert f"engine options: {changed}" in completed.stdout

@@ -1,8 +1,10 @@
 """Fixtures of the decoder-reranker tests: a tiny random Qwen3ForCausalLM with a byte-level BPE
-tokenizer (chat special tokens, single-token "yes"/"no"), exported once through the CLI with the
+tokenizer (chat special tokens, single-token "yes"/"no"), exported through the CLI with the
 qwen3-reranker recipe (in a child process, whose memory goes back when it ends), and the model
 card's transformers recipe on the same checkpoint; and the same for every built-in recipe
-(``recipe_*`` fixtures, parametrised over RECIPE_MODELS)."""
+(``recipe_*`` fixtures, parametrised over RECIPE_MODELS). Checkpoints and exports are built once
+per run (tests/built_once.py): pytest rebuilds a parametrised session fixture whenever a file
+switches its parameter back."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from built_once import built_once
 from child_process import in_child_process
 from decoder_reference import BgeGemmaCard, ModelCardReranker, MxbaiCard
 
@@ -25,9 +28,8 @@ def decoder_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from onnxrank.export.decoder_standin import build_decoder_checkpoint
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    directory = tmp_path_factory.mktemp("checkpoints") / "qwen3-tiny"
-    build_decoder_checkpoint(directory, size="tiny", seed=0)
-    return directory
+    return built_once(tmp_path_factory, "checkpoints/qwen3-tiny",
+                      lambda directory: build_decoder_checkpoint(directory, size="tiny", seed=0))
 
 
 @pytest.fixture(scope="session")
@@ -35,12 +37,14 @@ def decoder_model_dir(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPat
     """`onnxrank export --model DIR --recipe qwen3-reranker --out OUT`, as a user runs it."""
     from onnxrank.cli import main
 
-    out = tmp_path_factory.mktemp("models") / "qwen3-tiny-reranker"
-    code = in_child_process(main, ["export", "--model", str(decoder_checkpoint), "--recipe",
-                                   "qwen3-reranker", "--out", str(out), "--max-length",
-                                   str(MAX_LENGTH), "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
-    assert code == 0, "the decoder export failed (see the captured stderr)"
-    return out
+    def export(out: Path) -> None:
+        code = in_child_process(main, ["export", "--model", str(decoder_checkpoint), "--recipe",
+                                       "qwen3-reranker", "--out", str(out), "--max-length",
+                                       str(MAX_LENGTH), "--validation-pairs", VALIDATION_PAIRS,
+                                       "--quiet"])
+        assert code == 0, "the decoder export failed (see the captured stderr)"
+
+    return built_once(tmp_path_factory, "models/qwen3-tiny-reranker", export)
 
 
 @pytest.fixture(scope="session")
@@ -82,8 +86,8 @@ def recipe_checkpoint(recipe_name: str, request: pytest.FixtureRequest,
         return Path(request.getfixturevalue("decoder_checkpoint"))
     builder, _, init = case
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return getattr(recipe_checkpoints, builder)(
-        tmp_path_factory.mktemp("checkpoints") / recipe_name, initializer_range=init)
+    return built_once(tmp_path_factory, f"checkpoints/{recipe_name}", lambda directory: getattr(
+        recipe_checkpoints, builder)(directory, initializer_range=init))
 
 
 @pytest.fixture(scope="session")
@@ -94,13 +98,15 @@ def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.
 
     if RECIPE_MODELS[recipe_name] is None:
         return Path(request.getfixturevalue("decoder_model_dir"))
-    out = tmp_path_factory.mktemp("models") / recipe_name
-    code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
-                                   recipe_name, "--out", str(out), "--max-length", str(MAX_LENGTH),
-                                   "--variants", RECIPE_VARIANTS, "--validation-pairs",
-                                   VALIDATION_PAIRS, "--quiet"])
-    assert code == 0, f"the {recipe_name} export failed (see the captured stderr)"
-    return out
+
+    def export(out: Path) -> None:
+        code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
+                                       recipe_name, "--out", str(out), "--max-length",
+                                       str(MAX_LENGTH), "--variants", RECIPE_VARIANTS,
+                                       "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+        assert code == 0, f"the {recipe_name} export failed (see the captured stderr)"
+
+    return built_once(tmp_path_factory, f"models/{recipe_name}", export)
 
 
 @pytest.fixture(scope="session")

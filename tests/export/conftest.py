@@ -1,11 +1,12 @@
 """The family tests' tiny random checkpoints, one per registered cross-encoder family, built once
-per worker for every test_families*.py file."""
+per run (tests/built_once.py) for every test_families*.py file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from built_once import built_once
 
 from onnxrank.bench.family_checkpoints import FAMILY_NAMES, build_family_checkpoint
 
@@ -19,8 +20,8 @@ TINY_POSITIONS = {"modernbert": 512}
 
 @pytest.fixture(scope="session")
 def family_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("family-checkpoints")
-    return {name: build_family_checkpoint(name, root / name, size="tiny",
-                                          max_position_embeddings=TINY_POSITIONS.get(name))
+    return {name: built_once(tmp_path_factory, f"family-checkpoints/{name}", lambda directory, name=name:
+                             build_family_checkpoint(name, directory, size="tiny",
+                                                     max_position_embeddings=TINY_POSITIONS.get(name)))
             for name in FAMILY_NAMES}
 

@@ -13,7 +13,7 @@ from onnxrank.engine.spec import load_model_spec
 
 pytestmark = pytest.mark.costly(30)
 
-QUICK = ["--validation-pairs", "16", "--quiet"]
+QUICK = ["--validation-pairs", "16", "--calibration-pairs", "32", "--quiet"]
 
 
 def _leftovers(parent: Path, name: str) -> list[str]:
@@ -84,8 +84,9 @@ def test_int8_method_flags_force_one_recipe(
     assert {key: quantization[key] for key in expected} == expected
     assert len(quantization["attempts"]) == 1
     if expected["method"] == "static":
-        # calibrated on the shipped calibration pairs (320, in batches of 16), not on validation
-        assert quantization["calibration"] == {"method": "MinMax", "batches": 20, "rows": 320}
+        # calibrated on the calibration pairs (--calibration-pairs 32: two whole groups, in
+        # batches of 16), not on validation pairs
+        assert quantization["calibration"] == {"method": "MinMax", "batches": 2, "rows": 32}
 
 
 def test_int8_per_tensor_needs_an_explicit_method(capsys: pytest.CaptureFixture[str]) -> None:

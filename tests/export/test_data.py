@@ -59,6 +59,19 @@ def test_calibration_pairs_share_nothing_with_the_validation_pairs() -> None:
     assert {pair.part for pair in load_calibration_pairs()} == {"calibration"}
 
 
+def test_a_calibration_subset_is_whole_groups_spread_over_the_file() -> None:
+    everything = load_calibration_pairs()
+    groups = list(dict.fromkeys(pair.group for pair in everything))
+    subset = load_calibration_pairs(40)  # 20 groups of 16 pairs: 40 rounds to 2 (2.5) whole groups
+    chosen = list(dict.fromkeys(pair.group for pair in subset))
+    assert chosen == [groups[0], groups[-1]]
+    assert subset == [pair for pair in everything if pair.group in chosen]
+    assert load_calibration_pairs(1) == [pair for pair in everything if pair.group == groups[0]]
+    assert load_calibration_pairs(10_000) == everything
+    with pytest.raises(ValueError, match="calibration pairs must be >= 1, got 0"):
+        load_calibration_pairs(0)
+
+
 def test_held_out_part_is_fixed_whole_groups_sharing_no_text_with_tuning() -> None:
     pairs = load_validation_pairs()
     held_out = [pair for pair in pairs if pair.part == "held_out"]

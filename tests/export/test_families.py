@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from child_process import in_child_process
-from family_cases import CROSS_ENCODERS, EXPORTS_AT_ONCE, PAIRS, TINY_PAIRS
+from family_cases import CROSS_ENCODERS, EXPORTS_AT_ONCE, PAIRS, TINY_CALIBRATION_PAIRS, TINY_PAIRS
 
 from onnxrank.bench.family_checkpoints import FAMILY_NAMES
 from onnxrank.cli import main
@@ -49,7 +49,8 @@ def family_exports(family_checkpoints: dict[str, Path],
                 in_child_process, main, ["export", "--model", str(checkpoint), "--out",
                                          str(root / name), "--variants", variants,
                                          "--int8-method", "dynamic", "--validation-pairs",
-                                         str(TINY_PAIRS), *thresholds])
+                                         str(TINY_PAIRS), "--calibration-pairs",
+                                         str(TINY_CALIBRATION_PAIRS), *thresholds])
     return {name: (code.result(), root / name) for name, code in codes.items()}
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from child_process import in_child_process
-from family_cases import CROSS_ENCODERS, EXPORTS_AT_ONCE, TINY_PAIRS
+from family_cases import CROSS_ENCODERS, EXPORTS_AT_ONCE, TINY_CALIBRATION_PAIRS, TINY_PAIRS
 
 pytestmark = pytest.mark.costly(60)
 
@@ -33,7 +33,8 @@ def ov_int8_exports(family_checkpoints: dict[str, Path],
         return {family: pool.submit(in_child_process, export_model, ExportRequest(
             model=str(family_checkpoints[family]), out_dir=root / family,
             variants=("fp32", "ov_int8"), ov_int8=(OvInt8Settings(fp32_head=True),),
-            validation_pairs=TINY_PAIRS, thresholds=thresholds))
+            validation_pairs=TINY_PAIRS, calibration_pairs=TINY_CALIBRATION_PAIRS,
+            thresholds=thresholds))
             for family in CROSS_ENCODERS if family != "electra"}
 
 
@@ -52,6 +53,7 @@ def test_ov_int8_builds_or_is_recorded_and_records_bf16(
         reason = spec.failed_variants["ov_int8"]["reason"]
         assert "token_type_ids" not in reason
         pytest.fail(f"{family}: ov_int8 left out: {reason}")
+    assert spec.variants["ov_int8"].quantization["calibration"]["items"] == TINY_CALIBRATION_PAIRS
     record = spec.variants["ov_int8"].fidelity["openvino_int8_bf16"]
     if "BF16" in cpu_capabilities():
         assert record["validated"] is True and "spearman" in record and "thresholds" in record
