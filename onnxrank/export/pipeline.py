@@ -123,6 +123,11 @@ class ExportRequest:
             raise ValueError("ov_int8 needs at least one recipe (OvInt8Settings)")
         if self.max_length is not None and self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+        # before minutes of loading and tracing, not when the pairs are encoded
+        for name, pairs in (("validation", self.validation_pairs),
+                            ("calibration", self.calibration_pairs)):
+            if pairs is not None and pairs < 1:
+                raise ValueError(f"{name} pairs must be >= 1, got {pairs}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
 from onnxrank.errors import ExportError, FidelityError, ModelLoadError
 from onnxrank.export.fidelity import FidelityThresholds, score_metrics
 from onnxrank.export.pipeline import ExportRequest, export_model
+from onnxrank.export.quantize import Int8Settings
 from onnxrank.export.source import content_sha256
 from onnxrank.export.tasks import EMBEDDING, RERANK
 from onnxrank.export.validate import (
@@ -371,12 +372,13 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     assert len(failure["attempts"]) >= 2
     assert not any(attempt["passed_on_tuning"] for attempt in failure["attempts"])
     assert list(spec.variants) == ["fp32"] and not (out / "model_int8.onnx").exists()
-    # nothing passing on CPU fails the export and writes nothing
+    # nothing passing on CPU fails the export and writes nothing (one recipe: the ladder is above)
     with pytest.raises(FidelityError, match=r"no CPU variant passed validation: int8: variant "
                        r"int8 \(tuning pairs\): spearman = [01]\.\d+") as error:
         in_child_process(export_model, ExportRequest(
             model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none", variants=("int8",),
-            validation_pairs=16, thresholds=FidelityThresholds(int8_min_spearman=SPEARMAN_ABOVE_ONE)))
+            int8=(Int8Settings(method="dynamic"),), validation_pairs=16,
+            thresholds=FidelityThresholds(int8_min_spearman=SPEARMAN_ABOVE_ONE)))
     assert "Nothing was written" in str(error.value)
     assert _leftovers(tmp_path, "none") == []
 
