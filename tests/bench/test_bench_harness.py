@@ -50,15 +50,13 @@ def test_contenders_rotate_item_by_item(benchmark, items: int) -> None:
     assert benchmark.stats.stats.rounds == items
 
 
-def _spinner(seconds: float) -> threading.Thread:
-    """A thread that keeps a core busy for `seconds`, like a thread pool spinning after a run."""
+def _spinner(seconds: float) -> None:
+    """Start a thread that keeps a core busy for `seconds`, like a thread pool spinning after a run."""
     def spin() -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             pass
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=spin, daemon=True).start()
 
 
 def test_wait_until_quiet_outlasts_a_spinning_thread() -> None:

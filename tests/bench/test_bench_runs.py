@@ -21,11 +21,11 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`onnxrank bench` of the checkout, in a subprocess."""
+def _bench(cwd: Path, *args: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    """`onnxrank bench` of the checkout, in a subprocess, with `environment` added to ours."""
     return subprocess.run([sys.executable, "-m", "onnxrank", "bench", *args], cwd=cwd,
-                          env=bench_outside_xdist.environment(), capture_output=True, text=True,
-                          timeout=900)
+                          env=bench_outside_xdist.environment(**environment), capture_output=True,
+                          text=True, timeout=900)
 
 
 def _small_dataset(directory: Path) -> Path:
@@ -95,13 +95,11 @@ def quick_run_with_flags(tiny_model_dir: Path, tmp_path_factory: pytest.TempPath
                        '[[cpu]]\nscenario = "latency"\nregime = "short"\np50_ms = 0.001\n')
     # --precision as a flag, max_batch_size through its global twin; ONNXRANK_THREADS is the
     # engine's twin, which the bench's own --threads (ONNXRANK_BENCH_THREADS) does not read.
-    environment = bench_outside_xdist.environment(ONNXRANK_MAX_BATCH_SIZE="32", ONNXRANK_THREADS="1")
     out = work / "report"
-    completed = subprocess.run(
-        [sys.executable, "-m", "onnxrank", "bench", "--quick", "--model", str(tiny_model_dir),
-         "--device", "cpu", "--scenarios", "latency,sweeps", "--regimes", "short",
-         "--precision", "fp32", "--budgets", str(budgets), "--out", str(out)],
-        cwd=work, env=environment, capture_output=True, text=True, timeout=900)
+    completed = _bench(work, "--quick", "--model", str(tiny_model_dir), "--device", "cpu",
+                       "--scenarios", "latency,sweeps", "--regimes", "short", "--precision", "fp32",
+                       "--budgets", str(budgets), "--out", str(out),
+                       ONNXRANK_MAX_BATCH_SIZE="32", ONNXRANK_THREADS="1")
     return completed, out
 
 

@@ -89,12 +89,14 @@ def test_int8_method_flags_force_one_recipe(
         assert quantization["calibration"] == {"method": "MinMax", "batches": 2, "rows": 32}
 
 
-@pytest.mark.parametrize("flag", ["--validation-pairs", "--calibration-pairs"])
-def test_pair_counts_below_one_fail_before_loading(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("flag", "pairs"), [("--validation-pairs", "validation"),
+                                             ("--calibration-pairs", "calibration")])
+def test_pair_counts_below_one_fail_before_loading(flag: str, pairs: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     # "x/y" is neither a directory nor a reachable Hub id: only a check before loading says this
     assert main(["export", "--model", "x/y", flag, "0"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"onnxrank export: error: {flag[2:].split('-')[0]} pairs must be >= 1, got 0")
+        f"onnxrank export: error: {pairs} pairs must be >= 1, got 0")
 
 
 def test_int8_per_tensor_needs_an_explicit_method(capsys: pytest.CaptureFixture[str]) -> None:
