@@ -4,6 +4,7 @@ with the PyTorch reference, and check the fidelity thresholds."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from onnxrank.engine.execution import RowPlan, run_in_order
 from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.variants import VARIANTS, RunAs
-from onnxrank.errors import ExportError, InferenceError, ModelLoadError
+from onnxrank.errors import ExportError, InferenceError, MissingDependencyError, ModelLoadError
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.validate import (
@@ -118,6 +119,41 @@ def bf16_record(context: ExportContext, path: Path, *, precision: str,
         "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
         "thresholds": threshold_text(context.task, key, context.thresholds)})
     return metrics, outputs
+
+
+# a bf16 way of running a variant's file: the run, its fidelity record, its outputs (None when
+# the file could not be opened that way)
+BF16Run = tuple[RunAs, dict[str, Any], "np.ndarray | None"]
+
+
+def bf16_runs(context: ExportContext, variant: str, *,
+              measured: Collection[str] = ()) -> dict[str, BF16Run]:
+    """Each bf16 precision that runs `variant`'s file under a record of its own (its facts'
+    runs_as with a fidelity key, not in `measured`), by that key: the run, its record and its
+    outputs. On a CPU without BF16 (or without OpenVINO) the record says why it was not
+    validated."""
+    from onnxrank.engine.backends.openvino import cpu_capabilities
+
+    runs: dict[str, BF16Run] = {}
+    for run in VARIANTS[variant].runs_as:
+        key = run.fidelity_key
+        if key is None or key in measured:
+            continue
+        context.progress.step(f"validate {variant} with bf16")
+        try:
+            capabilities = cpu_capabilities()
+        except MissingDependencyError as err:  # an optional record: the variant itself passed
+            runs[key] = run, {"validated": False, "passed": False, "reason": str(err)}, None
+            continue
+        if "BF16" not in capabilities:
+            runs[key] = run, {
+                "validated": False, "passed": False,
+                "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
+                          f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}, None
+            continue
+        runs[key] = run, *bf16_record(context, context.paths[variant], precision=run.precision,
+                                      key=key)
+    return runs
 
 
 def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:

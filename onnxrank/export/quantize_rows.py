@@ -77,6 +77,15 @@ class GemmFlops:
                  + self.activation_products * 2.0 * tokens * tokens * self.hidden)
         return self.int8_per_token * tokens / total if total else 0.0
 
+    def share_record(self) -> dict[str, Any]:
+        """The manifest's ``int8_gemm_flops_share``: the int8 share at FLOP_SHARE_TOKENS."""
+        return {
+            "tokens": FLOP_SHARE_TOKENS, "share": round(self.int8_share(FLOP_SHARE_TOKENS), 4),
+            "counted_as": "onnxrank.bench.flops counts them: weight MatMuls per token, weight "
+                          "Gemms per pair, attention's activation products (fp32) "
+                          "2 x tokens^2 x hidden each",
+        }
+
 
 def quantize_per_row(fp32_path: Path, out_path: Path, *, block_size: int,
                      keep_fp32: Mapping[str, str]) -> dict[str, Any]:
@@ -144,10 +153,5 @@ def quantize_per_row(fp32_path: Path, out_path: Path, *, block_size: int,
         "source_variant": "fp32",
         "quantized_nodes": converted,
         "nodes_kept_fp32": kept,
-        "int8_gemm_flops_share": {
-            "tokens": FLOP_SHARE_TOKENS, "share": round(flops.int8_share(FLOP_SHARE_TOKENS), 4),
-            "counted_as": "onnxrank.bench.flops counts them: weight MatMuls per token, weight "
-                          "Gemms per pair, attention's activation products (fp32) "
-                          "2 x tokens^2 x hidden each",
-        },
+        "int8_gemm_flops_share": flops.share_record(),
     }

@@ -16,10 +16,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from onnxrank.engine.variants import VARIANTS
-from onnxrank.errors import MissingDependencyError
 from onnxrank.export.context import BuiltVariant, ExportContext
-from onnxrank.export.gate import bf16_record, gate_on_thresholds, validate_file
+from onnxrank.export.gate import bf16_runs, gate_on_thresholds, validate_file
 from onnxrank.export.ladder import Rung, run_ladder
 from onnxrank.export.optimize import convert_fp16, optimize_transformer
 from onnxrank.export.quantize import distinct_recipes, head_projections, quantize_int8
@@ -160,27 +158,10 @@ def ov_int8_prefix_graph(context: ExportContext, source: Path, out: Path) -> tup
 
 def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) -> None:
     """Add the record of each bf16 precision that runs `variant`'s file (its facts' runs_as with
-    a fidelity key) to its fidelity, and its outputs to its outputs."""
-    from onnxrank.engine.backends.openvino import cpu_capabilities
-
-    for run in VARIANTS[variant].runs_as:
-        if run.fidelity_key is None:
-            continue
-        context.progress.step(f"validate {variant} with bf16")
-        try:
-            capabilities = cpu_capabilities()
-        except MissingDependencyError as err:  # an optional record: the variant itself passed
-            built.fidelity[run.fidelity_key] = {"validated": False, "passed": False,
-                                                "reason": str(err)}
-            continue
-        if "BF16" not in capabilities:
-            built.fidelity[run.fidelity_key] = {
-                "validated": False, "passed": False,
-                "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
-                          f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}
-            continue
-        built.fidelity[run.fidelity_key], outputs = bf16_record(
-            context, context.paths[variant], precision=run.precision, key=run.fidelity_key)
+    a fidelity key) to its fidelity, and its outputs to its outputs; a record its ladder already
+    measured on the kept file stays."""
+    for key, (run, record, outputs) in bf16_runs(context, variant, measured=built.fidelity).items():
+        built.fidelity[key] = record
         if outputs is not None:
             built.outputs[run] = outputs
 
