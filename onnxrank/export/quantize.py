@@ -149,7 +149,8 @@ def ffn_up_projections(model_path: Path) -> list[str]:
 
 def ffn_down_projections(model_path: Path) -> list[str]:
     """Names of the MatMuls fed by a GELU (directly, or through the plain graph's Add and Muls
-    after its Erf), in graph order: one feed-forward down-projection per layer, bottom first."""
+    after its Erf, and a GLU's gate), in graph order: one feed-forward down-projection per layer,
+    bottom first."""
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(model_path), load_external_data=False).graph
     producer = {output: node for node in graph.node for output in node.output}
@@ -163,8 +164,10 @@ def ffn_down_projections(model_path: Path) -> list[str]:
         return bool(hops) and node.op_type in GELU_PATH_OPS and any(
             from_gelu(name, hops - 1) for name in node.input)
 
+    # 3 hops from BERT's Erf (Add, Mul by x, Mul by 0.5); ModernBERT's GLU multiplies by its
+    # gate once more
     return [node.name for node in graph.node
-            if node.op_type == "MatMul" and from_gelu(node.input[0], hops=3)]
+            if node.op_type == "MatMul" and from_gelu(node.input[0], hops=4)]
 
 
 def activation_matmuls(model_path: Path) -> list[str]:

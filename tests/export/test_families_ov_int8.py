@@ -62,3 +62,26 @@ def test_ov_int8_builds_or_is_recorded_and_records_bf16(
         assert record["reason"].startswith("the CPU reports no BF16")
 
 
+
+
+@pytest.mark.parametrize("family", [name for name in CROSS_ENCODERS if name != "electra"])
+def test_each_layer_has_one_feed_forward_projection_of_each_kind(
+        family: str, ov_int8_exports: dict[str, Future[ExportResult]]) -> None:
+    """The ov_int8 rungs that keep feed-forward blocks fp32 find them by graph structure: one up-
+    and one down-projection per layer (ModernBERT's GLU once hid its down-projections), bottom
+    layer first; a head with a GELU (ModernBERT's) adds an up-projection after them."""
+    from onnxrank.export.quantize import ffn_down_projections, ffn_up_projections
+
+    result = ov_int8_exports[family].result()
+    layers = int(result.spec.model_config["num_hidden_layers"])
+    graph = result.model_dir / "model.onnx"
+    down, up = ffn_down_projections(graph), ffn_up_projections(graph)
+    assert len(down) == layers, down
+    assert len(up) in (layers, layers + 1), up
+    assert [_layer(name) for name in down] == [_layer(name) for name in up[:layers]] == list(range(layers))
+
+
+def _layer(name: str) -> int:
+    import re
+
+    return int(re.search(r"layers?[./_](\d+)", name).group(1))
