@@ -94,11 +94,16 @@ def tuning_failures(context: ExportContext, variant: str, metrics: dict[str, Any
     return threshold_failures(context.task, variant, tuning, context.thresholds)
 
 
+def attempt_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The tuning metrics (ATTEMPT_METRICS) a ladder attempt records of a fidelity record."""
+    return {key: metrics[key] for key in ATTEMPT_METRICS if key in metrics}
+
+
 def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],
                    passed: bool) -> dict[str, Any]:
     """One ladder rung's manifest record: its quantization record and its tuning metrics."""
     return {**quantization, "passed_on_tuning": passed, "part": metrics.get("part"),
-            **{key: metrics[key] for key in ATTEMPT_METRICS if key in metrics}}
+            **attempt_metrics(metrics)}
 
 
 def bf16_record(context: ExportContext, path: Path, *, precision: str,

@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxrank.engine.variants import RunAs
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
-from onnxrank.export.gate import ATTEMPT_METRICS, attempt_record, bf16_runs, tuning_failures, validate_file
+from onnxrank.export.gate import attempt_metrics, attempt_record, bf16_runs, tuning_failures, validate_file
 from onnxrank.export.validate import batch_dependence
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
             passed = not any(record.get("validated") and tuning_failures(context, key, record)
                              for key, record in reduced.items())
         attempts.append({**attempt_record(quantization, metrics, passed),
-                         **{key: {metric: record[metric] for metric in ATTEMPT_METRICS
-                                  if metric in record} for key, record in reduced.items()}})
+                         **{key: attempt_metrics(record) for key, record in reduced.items()}})
         if passed:
             break
         logger.info("%s recipe %s missed the thresholds on the tuning pairs", variant, rung.recipe)

@@ -45,7 +45,15 @@ def split_outlier_channels(fp32_path: Path, out_path: Path, *,
 
     Returns:
         Rewritten MatMul name -> its outlier channel count (MatMuls without outliers are absent).
+
+    Raises:
+        ValueError: No calibration rows, or a ratio not above 1 (every channel above the median
+            would count as an outlier).
     """
+    if not calibration:
+        raise ValueError("splitting outlier channels needs calibration rows; got none")
+    if not ratio > 1:
+        raise ValueError(f"ratio must be > 1, got {ratio}")
     onnx = require("onnx", extra="export")
     model = onnx.load(str(fp32_path))
     weights = {tensor.name: tensor for tensor in model.graph.initializer}

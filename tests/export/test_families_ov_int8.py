@@ -3,6 +3,7 @@ gate) builds and validates OpenVINO int8, with its bf16 record, beside fp32."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,6 +83,4 @@ def test_each_layer_has_one_feed_forward_projection_of_each_kind(
 
 
 def _layer(name: str) -> int:
-    import re
-
     return int(re.search(r"layers?[./_](\d+)", name).group(1))

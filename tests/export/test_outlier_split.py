@@ -50,13 +50,13 @@ def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
     split = split_outlier_channels(fp32, out, calibration=calibration, ratio=RATIO,
                                    skip=[*head, skipped])
     assert split and skipped not in split and not set(head) & set(split)
-    nodes = {node.name: node for node in onnx.load(str(out)).graph.node}
+    graph = onnx.load(str(out)).graph
+    nodes = {node.name: node for node in graph.node}
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
     for name, channels in split.items():
         side = nodes[name + SIDE_PATH_SUFFIX]
         # the side path multiplies only the outlier channels' weight rows
-        weights = onnx.numpy_helper.to_array(next(
-            tensor for tensor in onnx.load(str(out)).graph.initializer if tensor.name == side.input[1]))
-        assert weights.shape[0] == channels
+        assert onnx.numpy_helper.to_array(initializers[side.input[1]]).shape[0] == channels
         assert nodes[name].input[0] == f"{name}/kept"
     assert nodes[skipped].input[0] == _weight_matmuls(fp32)[skipped].input[0]
     assert not (tmp_path / f".probe-{out.name}").exists()
@@ -108,3 +108,15 @@ def test_a_ratio_must_be_above_one(ratio: float) -> None:
     with pytest.raises(ValueError,
                        match=re.escape(f"outlier_channel_ratio must be None or > 1, got {ratio}")):
         OvInt8Settings(outlier_channel_ratio=ratio)
+
+
+@pytest.mark.parametrize(("rows", "ratio", "message"), [
+    (0, 6.0, "splitting outlier channels needs calibration rows; got none"),
+    (1, 1.0, "ratio must be > 1, got 1.0")])
+def test_the_split_refuses_no_rows_and_a_ratio_of_one_or_less(
+        tiny_model_dir: Path, calibration: list, tmp_path: Path, rows: int, ratio: float,
+        message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        split_outlier_channels(tiny_model_dir / "model.onnx", tmp_path / "split.onnx",
+                               calibration=calibration[:rows], ratio=ratio, skip=())
+    assert not list(tmp_path.iterdir())
