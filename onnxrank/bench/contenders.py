@@ -43,9 +43,10 @@ def describe_engine_options(options: Mapping[str, Any]) -> str:
 
 def engine_settings(reranker: Reranker) -> dict[str, Any]:
     """Every engine option (EngineConfig, as configured), then what actually runs (DeviceInfo:
-    backend, provider, variant, precision, threads, why), which wins where both name a key; and
-    whether a decoder's prefix graph runs."""
+    backend, provider, variant, precision, threads, why), which wins where both name a key; the
+    padding multiple the batches use; and whether a decoder's prefix graph runs."""
     return {**dataclasses.asdict(reranker.config), **dataclasses.asdict(reranker.device_info),
+            "pad_to_multiple": reranker.padding_multiple,
             "prefix_graph": reranker.uses_prefix_graph}
 
 

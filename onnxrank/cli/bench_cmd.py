@@ -29,6 +29,7 @@ from onnxrank.cli.options import (
     add_flag,
     config_overrides,
 )
+from onnxrank.engine.batching import DEFAULT_PAD_MULTIPLE
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.runtime import choose_candidates
@@ -178,9 +179,9 @@ def check_model(name: str, models_dir: str | Path, options: dict[str, Any]) -> N
     """Load the model once before any scenario, so that a missing model, or engine options it
     cannot run with on CPU, is one clear error instead of one per scenario.
 
-    It loads the first candidate `options` allow, on one thread, without the runtime probe: the
-    scenarios' engines probe for themselves, and a probe here would time every candidate of a
-    0.6B decoder on one thread for many minutes.
+    It loads the first candidate `options` allow, on one thread, without the runtime probe or
+    the batch check: the scenarios' engines run them for themselves, and a probe here would time
+    every candidate of a 0.6B decoder on one thread for many minutes.
 
     Raises:
         ModelLoadError: `name` is not an exported model (and is not exported on first use).
@@ -190,8 +191,10 @@ def check_model(name: str, models_dir: str | Path, options: dict[str, Any]) -> N
     model_dir = Reranker.locate(name, models_dir=models_dir, config=config)
     candidates, _ = choose_candidates(load_model_spec(model_dir), Device.CPU, config.backend,
                                       config.precision)
+    # a named padding multiple skips the batch check too (each scenario's engine runs its own)
     Reranker.from_dir(model_dir, config, backend=candidates[0].backend,
-                      precision=candidates[0].precision)
+                      precision=candidates[0].precision,
+                      pad_to_multiple=config.pad_to_multiple or DEFAULT_PAD_MULTIPLE)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -26,6 +26,11 @@ class Batch:
     prefix_length: int = 0
 
 
+# What batches are padded to a multiple of when neither the settings nor the runner's batch check
+# (onnxrank.engine.batch_invariance) says otherwise.
+DEFAULT_PAD_MULTIPLE = 8
+
+
 def round_up(length: int, multiple: int) -> int:
     """Round `length` up to a multiple of `multiple` (1 means no rounding)."""
     return -(-length // multiple) * multiple
@@ -43,15 +48,23 @@ def run_overhead_tokens(device: str, max_batch_tokens: int, cpu_run_overhead_tok
     return max_batch_tokens if device == "cuda" else cpu_run_overhead_tokens
 
 
+def padding_multiple(config: EngineConfig, runner: ModelRunner) -> int:
+    """What `runner`'s batches are padded to a multiple of: the settings' `pad_to_multiple`, else
+    the multiple its batch check found on this machine (DeviceInfo.batch_invariant_multiple), else
+    DEFAULT_PAD_MULTIPLE."""
+    return config.pad_to_multiple or runner.info.batch_invariant_multiple or DEFAULT_PAD_MULTIPLE
+
+
 def plan_engine_batches(lengths: NDArray[np.integer] | list[int], config: EngineConfig,
                         runner: ModelRunner, *, sort_by_length: bool = True) -> list[Batch]:
-    """`plan_batches` with an engine's settings (token budget, batch size, padding multiple) and
-    its runner's per-run charge: every model (reranker, embedder) plans its runs the same way."""
+    """`plan_batches` with an engine's settings (token budget, batch size), its runner's padding
+    multiple and per-run charge: every model (reranker, embedder) plans its runs the same way."""
     charge = run_overhead_tokens(runner.info.device, config.max_batch_tokens,
                                  runner.cpu_run_overhead_tokens)
     return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens,
                         max_batch_size=config.max_batch_size, sort_by_length=sort_by_length,
-                        pad_to_multiple=config.pad_to_multiple, batch_overhead_tokens=charge)
+                        pad_to_multiple=padding_multiple(config, runner),
+                        batch_overhead_tokens=charge)
 
 
 def plan_batches(

@@ -64,9 +64,11 @@ class EngineConfig:
         "sort rows by length before cutting batches (about 1 percent padding instead of padding "
         "each batch to its longest row in input order)",
         kind=bool))
-    pad_to_multiple: int = field(default=8, metadata=_option(
-        "round each batch's padded length up to a multiple of this (8: 61 tokens run as 64)",
-        kind=int, minimum=1))
+    pad_to_multiple: int | None = field(default=None, metadata=_option(
+        "round each batch's padded length up to a multiple of this (8: 61 tokens run as 64); "
+        "default: the multiple at which the running variant's scores do not move with their "
+        "batch mates on this machine, measured once at load and cached (the batch check)",
+        kind=int, minimum=1, optional=True))
     long_documents: LongDocuments = field(default="truncate", metadata=_option(
         "truncate: score the first window of a long document; max_chunk: score every window "
         "and keep the best (its character span is returned)", kind=str, choices=LONG_DOCUMENTS))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from tokenizers import Tokenizer
 
 from onnxrank.engine.backends.base import DeviceInfo, ModelRunner
-from onnxrank.engine.batching import plan_engine_batches
+from onnxrank.engine.batching import padding_multiple, plan_engine_batches
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.execution import FiniteCheck, RowPlan
 from onnxrank.engine.recipe import PromptRecipe
@@ -163,6 +163,12 @@ class EngineModel(ABC, Generic[Item]):
     def tokenizer(self) -> Tokenizer:
         """The model's tokenizer (truncation and padding off); do not change its settings."""
         return self._tokenizer
+
+    @property
+    def padding_multiple(self) -> int:
+        """What this model's batches are padded to a multiple of (the settings' pad_to_multiple,
+        else the one its load measured on this machine: onnxrank.engine.batching)."""
+        return padding_multiple(self.config, self._runner)
 
     @property
     def max_length(self) -> int:

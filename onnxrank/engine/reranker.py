@@ -463,7 +463,7 @@ class DecoderReranker(Reranker):
             return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens - prefix,
                                 max_batch_size=config.max_batch_size,
                                 sort_by_length=sort_by_length,
-                                pad_to_multiple=config.pad_to_multiple,
+                                pad_to_multiple=self.padding_multiple,
                                 batch_overhead_tokens=charge + prefix)
 
         batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)

@@ -29,6 +29,14 @@ from tokenizers import Tokenizer
 from onnxrank.engine.backends.base import Backend, CompileCache, ModelRunner
 from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
 from onnxrank.engine.backends.openvino import OpenvinoBackend
+from onnxrank.engine.batch_invariance import (
+    BATCH_DEPENDENCE_BOUND,
+    CHECK_ROWS_PER_LENGTH,
+    CHECK_TOKENS,
+    PAD_MULTIPLES,
+    BatchInvariance,
+    measure_batch_invariance,
+)
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
 from onnxrank.engine.first_use import export_once, exportable
@@ -55,10 +63,9 @@ PROBE_PAIRS = max(pairs for pairs, _ in PROBE_SHAPES)
 PROBE_ROUNDS = 3
 PROBE_RULE = "the geometric mean over shapes of each time relative to the fastest at that shape"
 CHOICE_CACHE_FILE = "runtime_choices.json"
-# precision="auto" leaves out a variant whose scores move with their batch mates by more than
-# this share of the score spread (issue #34 item 4): the read is gate_refusal's, the measurement
-# onnxrank.export.validate.batch_dependence's
-BATCH_DEPENDENCE_BOUND = 1e-3
+# The export's record of how far an int8 file with run-time activation scales moves its scores
+# with their batch mates (onnxrank.export.validate.batch_dependence), read by gate_refusal against
+# BATCH_DEPENDENCE_BOUND (onnxrank.engine.batch_invariance)
 BATCH_DEPENDENCE_KEY = "batch_1_vs_64_max_abs_diff"
 SPREAD_KEY = "reference_std"
 # OpenVINO's compiled models, one entry directory per file, settings and machine (backends/openvino.py)
@@ -224,14 +231,24 @@ def _load_on(spec: ModelSpec, model_dir: Path, device: Device, config: EngineCon
     candidates, left_out = choose_candidates(spec, device, config.backend, config.precision)
     tokenizer = load_tokenizer(spec, model_dir)  # its hash is checked with the variant, in _open
     opener = _Opener(spec, model_dir, device, threads, compile_cache_root(config))
+    cache = choice_cache or default_choice_cache()
+
+    def rows(tokens: int) -> Sequence[EncodedRow]:
+        return probe_rows(spec, tokenizer, tokens)
+
+    # settings that name a padding multiple own the padding: the batch check does not run
+    checked = config.pad_to_multiple is None
     if len(candidates) == 1:
         requested = config.backend != "auto" and config.precision != "auto"
-        runner = opener.open(candidates[0]).with_info(
+        runner = (_open_checked(spec, candidates[0], opener, rows, cache) if checked
+                  else opener.open(candidates[0])).with_info(
             reason="requested" if requested else "the only validated candidate here")
     else:
-        runner = _choose_by_probe(spec, candidates, opener,
-                                  lambda tokens: probe_rows(spec, tokenizer, tokens),
-                                  choice_cache or default_choice_cache())
+        # the batch check leaves a rerank variant out only where the gate would (auto precision)
+        gated = config.precision == "auto" and spec.task == "rerank"
+        runner, moving = _choose_by_probe(spec, candidates, opener, rows, cache,
+                                          checked=checked, gated=gated)
+        left_out += moving
     if left_out:
         runner = runner.with_info(reason=f"{runner.info.reason}; left out: {'; '.join(left_out)}")
     return LoadedModel(spec, model_dir, runner, tokenizer)
@@ -296,8 +313,10 @@ def gate_refusal(spec: ModelSpec, backend: str, precision: str) -> str | None:
        std on the tuning pairs) for every variant; a batch record without a spread cannot be
        judged and is refused. Files with fixed scales (fp32, opt, fp16, OpenVINO's static or
        weight-only int8) carry no record: what still moves their scores with the padded batch
-       shape is float rounding, small in fp32 and up to 0.06 x the spread in OpenVINO's bf16
-       (research/batch_dependence.py on the stand-in), which the fidelity gate judges.
+       shape is float rounding (up to 0.06 x the spread in OpenVINO's bf16 on the stand-in),
+       which the load's batch check measures on the machine and removes by padding
+       (onnxrank.engine.batch_invariance; a probed rerank candidate it cannot bound is left
+       out there).
        Rerank models only: an embedding model's record is in embedding
        components, not in the units of its spread (similarities), so it is not gated.
     """
@@ -365,9 +384,12 @@ def machine_fingerprint(threads: int) -> dict[str, str]:
 
 
 def _choice_key(spec: ModelSpec, device: Device, candidates: list[Candidate],
-                fingerprint: dict[str, str]) -> str:
-    # the probe's shapes and rule are part of the key: a choice made another way is not reused
-    probe = [PROBE_SHAPES, PROBE_RULE]
+                fingerprint: dict[str, str], *, checked: bool = True) -> str:
+    # the probe's shapes and rule and the batch check's (or that none ran) are part of the key:
+    # a choice made another way is not reused
+    check = [PAD_MULTIPLES, CHECK_TOKENS, CHECK_ROWS_PER_LENGTH, BATCH_DEPENDENCE_BOUND] \
+        if checked else None
+    probe = [PROBE_SHAPES, PROBE_RULE, check]
     material = json.dumps([spec.manifest_hash(), device.value,
                            [candidate.label for candidate in candidates], fingerprint, probe],
                           sort_keys=True)
@@ -431,11 +453,12 @@ def _describe_times(times_ms: Mapping[str, Mapping[str, float]]) -> str:
         for label, times in times_ms.items())
 
 
-def _cached_choice(entry: object,
-                   labels: Sequence[str]) -> tuple[str, str, dict[str, dict[str, float]]] | None:
-    """A cached entry's choice, time of measurement and per-shape times when the choice is one
-    of `labels`; None for anything else (an entry of the older probe that timed one shape, a
-    damaged file)."""
+def _cached_choice(entry: object, labels: Sequence[str], *, checked: bool) -> tuple[
+        str, str, dict[str, dict[str, float]], BatchInvariance | None, list[str]] | None:
+    """A cached entry's choice, time of measurement, per-shape times, the choice's batch check
+    (None where none ran) and the candidates the check left out, when the choice is one of
+    `labels` and the entry has a check if `checked`; None for anything else (an entry of an
+    older probe, a damaged file)."""
     if not isinstance(entry, dict) or entry.get("choice") not in labels:
         return None
     times = entry.get("probe_ms")
@@ -444,21 +467,83 @@ def _cached_choice(entry: object,
             and all(isinstance(ms, (int, float)) for ms in shapes.values())
             for shapes in times.values()):
         return None
-    return str(entry["choice"]), str(entry.get("measured_at")), times
+    check = _read_check(entry.get("batch_check"))
+    left_out = entry.get("left_out", [])
+    if (checked and check is None) or not isinstance(left_out, list):
+        return None
+    return str(entry["choice"]), str(entry.get("measured_at")), times, check, left_out
+
+
+def _check_record(check: BatchInvariance) -> dict[str, object]:
+    return {"pad_to_multiple": check.pad_to_multiple,
+            "moved": {str(multiple): share for multiple, share in check.moved.items()}}
+
+
+def _read_check(record: object) -> BatchInvariance | None:
+    """A cached batch check, or None when the record is not one."""
+    if not isinstance(record, dict) or not isinstance(record.get("moved"), dict):
+        return None
+    try:
+        moved = {int(multiple): float(share) for multiple, share in record["moved"].items()}
+        check = BatchInvariance(int(record["pad_to_multiple"]), moved)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return check if check.pad_to_multiple in moved else None
+
+
+def _batch_check(spec: ModelSpec, runner: ModelRunner,
+                 rows: Callable[[int], Sequence[EncodedRow]]) -> BatchInvariance:
+    """Measure on this machine the padding multiple at which `runner`'s outputs stop moving with
+    their batch mates (onnxrank.engine.batch_invariance), on validation rows of several lengths."""
+    check_rows = [row for tokens in CHECK_TOKENS for row in rows(tokens)[:CHECK_ROWS_PER_LENGTH]]
+    return measure_batch_invariance(
+        runner.run, lambda batch, length: pad_rows(batch, spec.pad_token_id, length), check_rows,
+        spec.max_length)
+
+
+def _with_check(runner: ModelRunner, check: BatchInvariance | None) -> ModelRunner:
+    if check is None:
+        return runner
+    return runner.with_info(batch_invariant_multiple=check.pad_to_multiple,
+                            batch_movement=check.moved[check.pad_to_multiple])
+
+
+def _open_checked(spec: ModelSpec, candidate: Candidate, opener: _Opener,
+                  rows: Callable[[int], Sequence[EncodedRow]], cache: Path) -> ModelRunner:
+    """Open the one candidate with its batch check, measured once per machine and cached."""
+    fingerprint = machine_fingerprint(opener.threads)
+    key = _choice_key(spec, opener.device, [candidate], fingerprint)
+    runner = opener.open(candidate)
+    entry = _read_choices(cache).get(key)
+    check = _read_check(entry.get("batch_check")) if isinstance(entry, dict) else None
+    if check is None:
+        check = _batch_check(spec, runner, rows)
+        _write_choice(cache, key, {
+            "choice": candidate.label, "batch_check": _check_record(check), "model": spec.name,
+            "fingerprint": fingerprint,
+            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
+    return _with_check(runner, check)
 
 
 def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Opener,
-                     rows: Callable[[int], Sequence[EncodedRow]], cache: Path) -> ModelRunner:
-    """Open the cached choice for this machine, or time every candidate and cache the fastest."""
+                     rows: Callable[[int], Sequence[EncodedRow]], cache: Path, *,
+                     checked: bool, gated: bool) -> tuple[ModelRunner, list[str]]:
+    """Open the cached choice for this machine, or time every candidate, check the fastest's
+    batch independence (with `checked`) and cache the choice; with `gated` too, a candidate
+    whose outputs move with their batch mates beyond the bound at every padding multiple is left
+    out for the next fastest. Returns the runner and the candidates the batch check left out,
+    with why."""
     fingerprint = machine_fingerprint(opener.threads)
-    key = _choice_key(spec, opener.device, candidates, fingerprint)
+    key = _choice_key(spec, opener.device, candidates, fingerprint, checked=checked)
     by_label = {candidate.label: candidate for candidate in candidates}
-    cached = _cached_choice(_read_choices(cache).get(key), list(by_label))
+    cached = _cached_choice(_read_choices(cache).get(key), list(by_label), checked=checked)
     if cached is not None:
-        choice, measured_at, cached_times = cached
-        return opener.open(by_label[choice]).with_info(reason=(
+        choice, measured_at, cached_times, check, left_out = cached
+        runner = opener.open(by_label[choice]).with_info(reason=(
             f"fastest of {', '.join(by_label)} when probed on this machine at {measured_at} "
             f"({_describe_times(cached_times)}; cached in {cache})"))
+        return _with_check(runner, check), [str(reason) for reason in left_out]
     shapes = _probe_feeds(rows, spec.pad_token_id)  # encoded only when there is something to time
     runners: dict[str, ModelRunner] = {}
     for candidate in candidates:
@@ -477,16 +562,32 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
                 runners[label].run(feeds)
                 times[label][shape] = min(times[label][shape],
                                           (time.perf_counter() - started) * 1000)
-    choice, scores = probe_choice(times)
+    _, scores = probe_choice(times)
+    ranked = sorted(labels, key=scores.__getitem__)  # stable: ties keep the preference order
+    checks: dict[str, BatchInvariance] = {}
+    for label in ranked if checked else ():  # fastest first, until one is within the bound
+        checks[label] = _batch_check(spec, runners[label], rows)
+        if not gated or checks[label].within_bound:
+            break
+    # when none is within the bound, the fastest runs and its DeviceInfo says how far it moves
+    choice = next((label for label, check in checks.items()
+                   if not gated or check.within_bound), ranked[0])
+    check = checks.get(choice)
+    left_out = [f"{label}: its outputs move with their batch mates on this machine "
+                f"({moved.describe()}), above the bound of {BATCH_DEPENDENCE_BOUND:g} x the "
+                "spread (ask for it explicitly to run it)"
+                for label, moved in checks.items() if label != choice]
     _write_choice(cache, key, {
         "choice": choice, "probe_ms": times, "score": scores, "rule": PROBE_RULE,
+        "batch_check": None if check is None else _check_record(check), "left_out": left_out,
         "model": spec.name, "fingerprint": fingerprint,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     })
-    return runners[choice].with_info(reason=(
+    runner = runners[choice].with_info(reason=(
         f"fastest when probed now ({_describe_times(times)}; validation pairs as batches of "
         f"{' and '.join(shapes)} pairs x tokens, best of {PROBE_ROUNDS} interleaved rounds, "
         f"ranked by {PROBE_RULE}); cached in {cache}"))
+    return _with_check(runner, check), left_out
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from onnxrank import RankedDocument, Reranker
+from onnxrank.engine.batch_invariance import PAD_MULTIPLES
 from onnxrank.engine.ranking import fallback_ranking
 from onnxrank.engine.reranker import inference_only
 from onnxrank.errors import InferenceError
@@ -428,7 +429,11 @@ def test_score_detailed_reports_what_ran(fp32: Reranker) -> None:
     expected = [min(len(encoding.ids), fp32.config.max_length) for encoding in encoded]
     np.testing.assert_array_equal(run.token_counts, expected)
     assert sum(rows for rows, _ in run.batches) == len(pairs)
-    assert all(length % fp32.config.pad_to_multiple == 0 for _, length in run.batches)
+    # the settings name no multiple: the one the load's batch check measured applies
+    assert fp32.config.pad_to_multiple is None
+    multiple = fp32.device_info.batch_invariant_multiple
+    assert multiple in PAD_MULTIPLES and fp32.padding_multiple == multiple
+    assert all(length % multiple == 0 for _, length in run.batches)
 
 
 def test_each_runtime_plans_with_its_own_per_run_charge(tiny_model_dir: Path) -> None:

@@ -37,6 +37,12 @@ class DeviceInfo:
             unusable, or a backend without one).
         load_ms: Time the whole load took: manifest, hashes, tokenizer, probe when one ran,
             compilation.
+        batch_invariant_multiple: The padding multiple at which this runner's outputs did not
+            move with their batch mates on this machine (onnxrank.engine.batch_invariance), which
+            planned batches are padded to unless the settings name one; None when the runner was
+            not checked (a file opened bare).
+        batch_movement: The largest movement that check measured at that multiple, as a share
+            of the outputs' spread; None when the runner was not checked.
     """
 
     device: str
@@ -50,6 +56,8 @@ class DeviceInfo:
     reason: str = ""
     compile_cache: CompileCacheState = "off"
     load_ms: float = 0.0
+    batch_invariant_multiple: int | None = None
+    batch_movement: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
