@@ -31,8 +31,18 @@ Feeds = dict[str, np.ndarray]
 
 
 def shared_prefix_length(rows: Sequence[EncodedRow]) -> int:
-    """Tokens every row starts with, leaving each row at least its last token (the one scored)."""
+    """Tokens every row starts with, leaving each row at least its last token (the one scored)
+    and, where the encoder marks the prompt head (EncodedRow.head_length), no more than it.
+
+    The head is fixed by the query, so a row's split between the prefix graph's two inputs does
+    not depend on its batch mates: a row alone and in a group run the same prefix. Split at the
+    group's longest common prefix instead, a row alone ran all but its last token as prefix, and
+    its bf16 score moved by 0.16 x the spread between the two (docs/engine.md, "Prefix reuse").
+    """
     shortest = min(len(row.ids) for row in rows) - 1
+    marked = [row.head_length for row in rows if row.head_length]
+    if marked:
+        shortest = min(shortest, *marked)
     if shortest <= 0:
         return 0
     heads = np.stack([row.ids[:shortest] for row in rows])

@@ -179,7 +179,8 @@ class PromptEncoder:
              span: tuple[int, int] | None) -> EncodedRow:
         ids = np.asarray(self._prefix + parts.head + document + parts.tail + self._suffix,
                          dtype=np.int64)
-        return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), item_index=index, span=span)
+        return EncodedRow(ids=ids, type_ids=np.zeros_like(ids), item_index=index, span=span,
+                          head_length=len(self._prefix) + len(parts.head))
 
 
 def _split_encoding(encoding: Encoding, span: tuple[int, int], before: list[int],

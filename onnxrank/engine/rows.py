@@ -28,6 +28,9 @@ class EncodedRow:
     type_ids: np.ndarray  # int64 [length]
     item_index: int  # which input item (pair or text) this row belongs to
     span: tuple[int, int] | None = None  # character span of the document part (window mode)
+    # tokens before the document that every row of the item's query starts with (a decoder's
+    # prompt head: recipe prefix, instruction, query); 0 where the encoder marks none
+    head_length: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,18 @@ def test_the_shared_prefix_leaves_every_row_its_last_token() -> None:
     assert shared_prefix_length([_row([1]), _row([1, 2])]) == 0
 
 
+def test_a_marked_prompt_head_fixes_the_prefix_whatever_the_batch_mates() -> None:
+    def row(ids: list[int]) -> EncodedRow:
+        array = np.asarray(ids, dtype=np.int64)
+        return EncodedRow(ids=array, type_ids=np.zeros_like(array), item_index=0, head_length=2)
+
+    # rows of one query share their head [1, 2]; documents starting alike do not lengthen it
+    alone = shared_prefix_length([row([1, 2, 7, 8, 9])])
+    together = shared_prefix_length([row([1, 2, 7, 8, 9]), row([1, 2, 7, 5])])
+    assert alone == together == 2
+    assert shared_prefix_length([row([1, 2])]) == 1  # still leaves the scored token
+
+
 def test_batches_hold_one_group_each_and_feed_its_prefix_once() -> None:
     rows = [_row([9, 9, 1, 5, 5]), _row([8, 8, 8, 2]), _row([9, 9, 1, 6]), _row([8, 8, 8, 3, 3])]
     seen: list[tuple[list[int], int]] = []
