@@ -78,10 +78,12 @@ def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],
     at `max_length`), as a share of the batch outputs' standard deviation.
 
     Raises:
-        ValueError: No rows.
+        ValueError: No rows, or a multiple below 1.
     """
     if not rows:
         raise ValueError("the batch check needs rows, got none")
+    if multiple < 1:
+        raise ValueError(f"the padding multiple must be >= 1, got {multiple}")
     longest = min(round_up(max(len(row.ids) for row in rows), multiple) + multiple, max_length)
     together = np.asarray(run(feeds_at(rows, longest)), dtype=np.float64).reshape(len(rows), -1)
     alone = np.stack([

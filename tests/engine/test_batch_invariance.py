@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from delayed_runner import DelayedRunner
 
 from onnxrank import Reranker
 from onnxrank.engine import runtime
@@ -83,6 +83,20 @@ def test_the_check_takes_the_first_multiple_within_the_bound(tiny_model_dir: Pat
         <= BATCH_DEPENDENCE_BOUND
 
 
+def test_the_check_refuses_no_rows_and_a_multiple_below_one(tiny_model_dir: Path) -> None:
+    runner = open_model_file(tiny_model_dir / "model.onnx")
+    spec = load_model_spec(tiny_model_dir)
+    rows = Reranker.probe_rows(spec, load_tokenizer(spec, tiny_model_dir), 37)
+
+    def feeds_at(batch, length):  # noqa: ANN001, ANN202
+        return pad_rows(batch, spec.pad_token_id, length)
+
+    with pytest.raises(ValueError, match="^the batch check needs rows, got none$"):
+        measure_batch_invariance(runner.run, feeds_at, [], 512)
+    with pytest.raises(ValueError, match="^the padding multiple must be >= 1, got 0$"):
+        batch_movement(runner.run, feeds_at, rows, 0, 512)
+
+
 def test_the_check_is_measured_once_per_machine(tiny_model_dir: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -141,27 +155,13 @@ def with_dynamic_int8(model_dir: Path, tmp_path: Path) -> Path:
     return target
 
 
-class _Slower:
-    """A real runner whose runs take `extra` seconds longer (to order the probe)."""
-
-    def __init__(self, runner, extra: float) -> None:  # noqa: ANN001
-        self.runner, self.extra = runner, extra
-
-    def run(self, feeds):  # noqa: ANN001, ANN201
-        time.sleep(self.extra)
-        return self.runner.run(feeds)
-
-    def with_info(self, **changes):  # noqa: ANN003, ANN201
-        return self.runner.with_info(**changes)
-
-
 def test_a_probed_candidate_that_moves_at_every_multiple_is_left_out_of_auto(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = with_dynamic_int8(tiny_model_dir, tmp_path)
     # the dynamic int8 file is the fastest candidate, whatever this machine's speeds
     real_open = runtime._Opener.open
-    monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: _Slower(
+    monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: DelayedRunner(
         real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/int8" else 0.02))
     auto = Reranker.from_dir(directory, device="cpu")
     info = auto.device_info

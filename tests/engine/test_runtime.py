@@ -6,11 +6,11 @@ import json
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from delayed_runner import DelayedRunner
 
 from onnxrank import Device, Reranker
 from onnxrank.engine import runtime
@@ -185,25 +185,6 @@ def test_a_cached_entry_of_another_format_is_probed_again(
     assert set(rewritten["probe_ms"]["openvino/fp32"]) == {"16x64", "8x256"}
 
 
-class _StalledRunner:
-    """A real runner whose runs take `extra` seconds longer, and 0.2 s more while the machine is
-    stalled (the shared `stalls` count of timed runs left to stall)."""
-
-    def __init__(self, runner, extra: float, stalls: list[int]) -> None:  # noqa: ANN001
-        self.runner, self.extra, self.stalls, self.runs = runner, extra, stalls, 0
-
-    def run(self, feeds):  # noqa: ANN001, ANN201
-        self.runs += 1
-        stalled = self.runs > 1 and self.stalls[0] > 0  # the warm-up run is never timed
-        if stalled:
-            self.stalls[0] -= 1
-        time.sleep(self.extra + (0.2 if stalled else 0.0))
-        return self.runner.run(feeds)
-
-    def with_info(self, **changes):  # noqa: ANN003, ANN201
-        return self.runner.with_info(**changes)
-
-
 def test_a_stall_of_the_machine_does_not_decide_the_probe(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,7 +194,7 @@ def test_a_stall_of_the_machine_does_not_decide_the_probe(
     tiny_model_dir = manifest_copy(tiny_model_dir, tmp_path, ov_int8=False, bf16_passed=None)
     stalls = [2]
     real_open = runtime._Opener.open
-    monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: _StalledRunner(
+    monkeypatch.setattr(runtime._Opener, "open", lambda opener, candidate: DelayedRunner(
         real_open(opener, candidate), 0.0 if candidate.label == "onnxruntime/int8" else 0.04,
         stalls))
     loaded = _load(tiny_model_dir, config=EngineConfig(device="cpu", threads=1),
