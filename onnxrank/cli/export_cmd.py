@@ -31,6 +31,7 @@ EXPORT_EPILOG = """examples:
   onnxrank export --model cross-encoder/ms-marco-MiniLM-L-6-v2 --out models/ms-marco-minilm-l6
   onnxrank export --model ./my-checkpoint --variants fp32,int8 --int8-min-spearman 0.97
   onnxrank export --model ./qwen3-reranker-0.6b --recipe qwen3-reranker --out models/qwen3-reranker
+  onnxrank export --model ./qwen3-reranker-4b --recipe qwen3-reranker --variants ov_int8
 """
 MODELS_EPILOG = """examples:
   onnxrank models list
@@ -86,7 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "sentence-transformers max_seq_length for embedders")
     add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset")
     add_flag(export, "export", "--variants", default=",".join(VARIANT_NAMES),
-             help="comma-separated variants to write")
+             help="comma-separated variants to write; ov_int8 alone on a decoder converts "
+             "the checkpoint in its own dtype straight to the int8 IR, with no fp32 copy (the "
+             "route for 4B/8B shapes; see docs/export.md, \"Memory\")")
     add_flag(export, "export", "--int8-method", choices=("auto", *INT8_METHODS),
              default="auto",
              help="onnxruntime int8: auto tries per_row (every encoder MatMul int8 with per-token "

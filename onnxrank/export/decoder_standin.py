@@ -10,12 +10,17 @@ Their scores are NOT relevance scores (``relevance_trained: false`` in the marke
 * ``size="qwen3-0.6b"``: the published config of Qwen/Qwen3-0.6B (28 layers, hidden 1024,
   vocabulary 151,936, tied embeddings) with random weights: speed measurements only. Its tokenizer
   has a smaller vocabulary than the real one, so a text takes more tokens than with Qwen's.
+* ``size="qwen3-4b"`` and ``"qwen3-8b"``: Qwen/Qwen3-4B's and Qwen/Qwen3-8B's published configs
+  (the bases of Qwen3-Reranker-4B and -8B), random weights saved in bfloat16 as the published
+  checkpoints are: the memory and speed of the large shapes, nothing else. They are
+  initialised in bfloat16 too, so building one takes its bfloat16 size in memory (8 and 16 GB).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +30,7 @@ from onnxrank.export.standin import STANDIN_MARKER
 
 logger = logging.getLogger(__name__)
 
-DecoderSize = Literal["tiny", "qwen3-0.6b"]
-DECODER_SIZES: tuple[str, ...] = ("tiny", "qwen3-0.6b")
+DecoderSize = Literal["tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b"]
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
 # Qwen/Qwen3-0.6B's config.json (the published one), minus the fields transformers fills itself.
 QWEN3_06B_CONFIG: dict[str, Any] = {
@@ -36,6 +40,13 @@ QWEN3_06B_CONFIG: dict[str, Any] = {
     "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False,
     "hidden_act": "silu", "initializer_range": 0.02, "use_sliding_window": False,
 }
+# Qwen/Qwen3-4B's and Qwen/Qwen3-8B's published configs: what differs from the 0.6B one
+QWEN3_4B_CONFIG: dict[str, Any] = {**QWEN3_06B_CONFIG, "hidden_size": 2560,
+                                   "intermediate_size": 9728, "num_hidden_layers": 36,
+                                   "num_attention_heads": 32}
+QWEN3_8B_CONFIG: dict[str, Any] = {**QWEN3_06B_CONFIG, "hidden_size": 4096,
+                                   "intermediate_size": 12288, "num_hidden_layers": 36,
+                                   "num_attention_heads": 32, "tie_word_embeddings": False}
 TINY_CONFIG: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -46,7 +57,29 @@ TINY_CONFIG: dict[str, Any] = {
     # enough for int8 weights (0.2 is chaotic: weight-only int8 kept a Spearman of 0.95 there)
     "initializer_range": 0.1, "use_sliding_window": False,
 }
-TOKENIZER_VOCAB = {"tiny": 512, "qwen3-0.6b": 16000}
+
+@dataclass(frozen=True, slots=True)
+class DecoderShape:
+    """One size the builder makes: its config (None = `TINY_CONFIG` with the tokenizer's
+    vocabulary), its tokenizer's vocabulary, the dtype its weights are made and saved in, and
+    what the marker says the shape is."""
+
+    config: dict[str, Any] | None
+    tokenizer_vocab: int
+    dtype: str
+    description: str
+
+
+SHAPES: dict[str, DecoderShape] = {
+    "tiny": DecoderShape(None, 512, "float32", "tiny"),
+    "qwen3-0.6b": DecoderShape(QWEN3_06B_CONFIG, 16000, "float32",
+                               "Qwen/Qwen3-0.6B's published config"),
+    "qwen3-4b": DecoderShape(QWEN3_4B_CONFIG, 16000, "bfloat16",
+                             "Qwen/Qwen3-4B's published config"),
+    "qwen3-8b": DecoderShape(QWEN3_8B_CONFIG, 16000, "bfloat16",
+                             "Qwen/Qwen3-8B's published config"),
+}
+DECODER_SIZES: tuple[str, ...] = tuple(SHAPES)
 # Lines of "yes" and "no" at a line start teach the BPE both words as single tokens, as the
 # model's answer follows "\n\n" without a leading space.
 ANSWER_LINES = ["yes", "no"] * 2000
@@ -96,7 +129,7 @@ def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
 
     Args:
         out_dir: Target directory (created).
-        size: ``tiny`` (tests) or ``qwen3-0.6b`` (Qwen3-0.6B's shape, speed runs only).
+        size: ``tiny`` (tests), or a published shape (`SHAPES`; speed and memory runs only).
         seed: Seed of the weights.
 
     Returns:
@@ -112,18 +145,26 @@ def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
     transformers = require("transformers", extra="export")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(TOKENIZER_VOCAB[size])
+    shape = SHAPES[size]
+    tokenizer = build_tokenizer(shape.tokenizer_vocab)
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         model_max_length=131072)
     fast.save_pretrained(str(out_dir))
-    shape = QWEN3_06B_CONFIG if size == "qwen3-0.6b" else {
+    fields = shape.config or {
         **TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)}
     config = transformers.Qwen3Config(
-        **shape, bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
+        **fields, bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])
     torch.manual_seed(seed)
-    model = transformers.Qwen3ForCausalLM(config).eval()
+    dtype = getattr(torch, shape.dtype)
+    # made in its own dtype: a 4B shape in float32 would need 16 GB before it is even saved
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        model = transformers.Qwen3ForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.save_pretrained(str(out_dir))
     info = {
         "builder": f"onnxrank.export.decoder_standin ({size})",
@@ -132,7 +173,8 @@ def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
         "relevance_trained": False,
         "weights": "random (torch.manual_seed(seed)); NOT a relevance model: speed and machinery "
                    "tests only",
-        "shape": "Qwen/Qwen3-0.6B's published config" if size == "qwen3-0.6b" else "tiny",
+        "shape": shape.description,
+        "dtype": shape.dtype,
         "tokenizer": f"byte-level BPE trained on the shipped pairs, "
                      f"{tokenizer.get_vocab_size(with_added_tokens=True)} tokens",
     }

@@ -3,7 +3,10 @@ for each variant: build + gate -> manifest, written atomically.
 
 `export_model` resolves the source and publishes the finished directory; `_export_into` runs the
 stages top to bottom. Each variant's build step and gate are onnxrank.export.variants.VARIANT_STEPS;
-its facts (file, precision, how it runs) onnxrank.engine.variants.VARIANTS.
+its facts (file, precision, how it runs) onnxrank.engine.variants.VARIANTS. The weight-compressed
+route (onnxrank.export.direct_openvino) runs the same stages with one change: its trace stage
+converts the checkpoint, in its own dtype, straight to the ov_int8 IR, which is then gated like a
+built variant; there is no fp32 file.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from onnxrank.export.context import (
     VariantFailed,
     first_line,
 )
+from onnxrank.export.direct_openvino import DIRECT_VARIANT, convert_compressed, takes_direct_route
 from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.gate import gate_prefix_graph, threshold_text, validate_file
@@ -49,7 +53,12 @@ from onnxrank.export.validate import (
     run_batches,
     threshold_failures,
 )
-from onnxrank.export.variants import VARIANT_STEPS, record_bf16_runs
+from onnxrank.export.variants import (
+    VARIANT_STEPS,
+    VariantStep,
+    converted_step,
+    record_bf16_runs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -177,16 +186,20 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
 
 @dataclass(frozen=True, slots=True)
 class _Traced:
-    """The fp32 stage's results: the model's loaded checkpoint and family, and the graph."""
+    """The trace stage's results: the model's loaded checkpoint and family, the graph it wrote
+    (`variant`'s file: fp32's, or the weight-compressed route's ov_int8) and the variant steps
+    that follow it."""
 
     loaded: LoadedModel
     family: Family
     max_length: int
-    graph_files: tuple[str, ...]  # external data files beside model.onnx
+    graph_files: tuple[str, ...]  # external data files beside the traced file
     graph_rewrites: dict[str, Any]
-    # the family's prefix graph (decoders): its external data files, or its failed_variants
-    # entry when it could not be exported; None for families without one
+    # the family's prefix graph (decoders): its extra files, or its failed_variants entry when
+    # it could not be exported; None for families without one
     prefix_graph: tuple[str, ...] | dict[str, Any] | None = None
+    variant: str = "fp32"
+    steps: dict[str, VariantStep] = field(default_factory=lambda: dict(VARIANT_STEPS))
 
 
 def _export_into(
@@ -198,6 +211,7 @@ def _export_into(
     fp32 is the reference graph: if it cannot be built or misses its gate, the export fails. Every
     other variant is built and gated on its own: a crash or a missed gate is recorded in
     ``failed_variants`` with its stage and reason and the variant is left out, keeping the others.
+    On the weight-compressed route the converted IR is the one variant, so its miss fails too.
     """
     if "ov_int8" in request.variants:  # fail before minutes of work, naming the extra to install
         require("openvino", extra="openvino")
@@ -209,10 +223,14 @@ def _export_into(
     progress.step("load")
     loaded, family = load_checkpoint(str(checkpoint) if source.kind != "hub" else source.location,
                                      kind="local" if source.kind != "hub" else "hub",
-                                     task=task, recipe=request.recipe)
+                                     task=task, recipe=request.recipe, variants=request.variants)
     wanted, failed = _applicable_variants(request, loaded, family)
-    progress.step("export fp32")
-    traced = _trace_fp32(request, loaded, family, task, scratch)
+    if takes_direct_route(family, request.variants):
+        progress.step(f"convert to {DIRECT_VARIANT}")
+        traced = _convert_direct(request, loaded, family, task, scratch)
+    else:
+        progress.step("export fp32")
+        traced = _trace_fp32(request, loaded, family, task, scratch)
     progress.step("tokenizer and data")
     prompt = family.prompt(loaded)
     inputs, calibration = _encode_data(request, traced, work_dir, task, prompt)
@@ -231,11 +249,13 @@ def _export_into(
         inputs=inputs, calibration=calibration, reference=reference,
         thresholds=request.thresholds, int8=request.int8, ov_int8=request.ov_int8,
         progress=progress)
-    progress.step("validate fp32")
-    built = {"fp32": _gate_fp32(context)}
-    for variant in VARIANT_STEPS:
+    built = {}
+    if traced.variant == "fp32":  # the reference graph: a miss fails the export
+        progress.step("validate fp32")
+        built["fp32"] = _gate_fp32(context)
+    for variant, step in traced.steps.items():
         if variant in wanted:
-            outcome = _build_variant(context, variant)
+            outcome = _build_variant(context, variant, step)
             if isinstance(outcome, BuiltVariant):
                 built[variant] = outcome
             else:
@@ -332,6 +352,28 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
     return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites, prefix_graph)
 
 
+def _convert_direct(request: ExportRequest, loaded: LoadedModel, family: Family,
+                    task: ExportTask, scratch: Path) -> _Traced:
+    """The weight-compressed route's trace stage: the ov_int8 IR and its prefix graph's,
+    converted from the checkpoint as loaded (onnxrank.export.direct_openvino)."""
+    max_length = _resolve_max_length(request, loaded, family, task)
+    _, graph_rewrites = _graph_model(loaded, family, task, request.cls_only_last_layer)
+    facts = VARIANTS[DIRECT_VARIANT]
+    try:
+        converted = convert_compressed(
+            loaded, family, scratch / facts.file,
+            scratch / facts.prefix_file if facts.prefix_file is not None else None)
+    except Exception as err:
+        raise ExportError(
+            f"could not convert {request.model} ({family.name} family, model_type "
+            f"{loaded.config.model_type!r}) to OpenVINO: {first_line(err)}; export its fp32 "
+            "graph instead (--variants fp32,ov_int8) on a machine with the memory for it"
+        ) from err
+    return _Traced(loaded, family, max_length, (), graph_rewrites, converted.prefix_graph,
+                   variant=DIRECT_VARIANT,
+                   steps={DIRECT_VARIANT: converted_step(DIRECT_VARIANT, converted.quantization)})
+
+
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
                         task: ExportTask) -> int:
     """The manifest's max_length: --max-length, else the task's rule over the family's real limit
@@ -422,11 +464,11 @@ def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str
     variant's whole-row graph: fp32's is the traced file, another variant's is made from it by
     its step's ``prefix_graph``. Returns those that passed; a failure (build or gate) is added
     to `failed` as ``prefix_graph:<variant>``, and the whole-row graphs stay."""
-    traced_file = VARIANTS["fp32"].prefix_file
+    traced_file = VARIANTS[traced.variant].prefix_file
     if traced.prefix_graph is None or traced_file is None:
         return {}
     if isinstance(traced.prefix_graph, dict):
-        failed["prefix_graph:fp32"] = traced.prefix_graph
+        failed[f"prefix_graph:{traced.variant}"] = traced.prefix_graph
         return {}
     scratch = context.paths["fp32"].parent
     traced_files = traced.prefix_graph
@@ -434,9 +476,9 @@ def _gate_prefix_graphs(context: ExportContext, traced: _Traced, built: dict[str
     def traced_graph(context: ExportContext, source: Path, out: Path) -> tuple[str, ...]:
         return traced_files
 
-    makers = {"fp32": traced_graph, **{variant: step.prefix_graph
-                                       for variant, step in VARIANT_STEPS.items()
-                                       if step.prefix_graph is not None}}
+    makers = {traced.variant: traced_graph, **{variant: step.prefix_graph
+                                               for variant, step in traced.steps.items()
+                                               if step.prefix_graph is not None}}
     source = scratch / traced_file
     gated = {}
     for variant, make in makers.items():
@@ -487,12 +529,12 @@ def _publish_prefix_graphs(request: ExportRequest, gated: dict[str, _GatedPrefix
     return specs
 
 
-def _build_variant(context: ExportContext, variant: str) -> BuiltVariant | dict[str, Any]:
+def _build_variant(context: ExportContext, variant: str,
+                   step: VariantStep) -> BuiltVariant | dict[str, Any]:
     """Build and gate one variant: the BuiltVariant, or its failed_variants entry.
 
     One variant's crash (NNCF, OpenVINO, onnxruntime) or missed gate loses only it.
     """
-    step = VARIANT_STEPS[variant]
     built = None
     try:
         built = step.build(context)
@@ -529,7 +571,8 @@ def _publish_variants(request: ExportRequest, context: ExportContext,
     specs = {}
     for variant in kept:
         facts = VARIANTS[variant]
-        extra_names = (*facts.extra_files, *(traced.graph_files if variant == "fp32" else ()))
+        extra_names = (*facts.extra_files,
+                       *(traced.graph_files if variant == traced.variant else ()))
         for file_name in (facts.file, *extra_names):
             os.replace(scratch / file_name, work_dir / file_name)
         made = built[variant]

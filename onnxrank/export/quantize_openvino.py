@@ -256,12 +256,9 @@ def weights_path(xml_path: Path) -> Path:
 
 def compress_openvino_int8_weights(fp32_path: Path, out_path: Path, *,
                                    keep_fp32: Sequence[str] = ()) -> dict[str, Any]:
-    """Weight-only int8 OpenVINO IR (ov_int8 of the ``weight_only`` families): NNCF
-    compress_weights, one asymmetric int8 scale per output channel, activations left in float.
-
-    Decoder activations have outlier channels that static int8 scales clip (what nncf.quantize
-    does for the cross-encoders); weight-only compression keeps them in float. The nodes of
-    `keep_fp32` (ONNX node names: a decoder's score head) keep fp32 weights too.
+    """Weight-only int8 OpenVINO IR (ov_int8 of the ``weight_only`` families) of an fp32 ONNX
+    file: `compress_int8_weights`, saved at `out_path`. The nodes of `keep_fp32` (ONNX node
+    names: a decoder's score head) keep fp32 weights.
 
     Returns:
         The manifest's ``quantization`` entry.
@@ -273,25 +270,42 @@ def compress_openvino_int8_weights(fp32_path: Path, out_path: Path, *,
     if Path(out_path).suffix != ".xml":
         raise ValueError(f"out_path must end in .xml (OpenVINO IR), got {out_path}")
     openvino = require("openvino", extra="openvino")
-    nncf = require("nncf", extra="export")
     model = openvino.Core().read_model(str(fp32_path))
     # OpenVINO's ONNX frontend names each op after its ONNX node's output tensor
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(fp32_path), load_external_data=False).graph
     kept_ops = [output for node in graph.node if node.name in set(keep_fp32)
                 for output in node.output]
-    ignored = nncf.IgnoredScope(names=kept_ops, validate=False)
-    compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
-                                       ignored_scope=ignored)
-    openvino.save_model(compressed, str(out_path), compress_to_fp16=False)
+    openvino.save_model(compress_int8_weights(model, kept_ops), str(out_path),
+                        compress_to_fp16=False)
     logger.info("compressed %s -> %s with NNCF (weight-only int8)", fp32_path.name, out_path.name)
+    return weight_only_record(kept_ops, source="fp32", nodes_kept_fp32=list(keep_fp32))
+
+
+def compress_int8_weights(model: Any, kept_ops: Sequence[str]) -> Any:
+    """NNCF compress_weights of an ``openvino.Model``: one asymmetric int8 scale per output
+    channel, activations left in float, the ops named `kept_ops` left in float.
+
+    Decoder activations have outlier channels that static int8 scales clip (what nncf.quantize
+    does for the cross-encoders); weight-only compression keeps them in float.
+    """
+    nncf = require("nncf", extra="export")
+    ignored = nncf.IgnoredScope(names=list(kept_ops), validate=False)
+    return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
+                                 ignored_scope=ignored)
+
+
+def weight_only_record(kept_ops: Sequence[str], *, source: str,
+                       **details: Any) -> dict[str, Any]:
+    """The ``quantization`` entry of a `compress_int8_weights` IR made from `source` (a variant
+    name, or what it was converted from)."""
     return {
         "method": "weight-only (NNCF compress_weights)",
         "tool": "nncf.compress_weights",
         "mode": "INT8_ASYM (per output channel)",
         "activations": "float (not quantized)",
-        "nodes_kept_fp32": list(keep_fp32),
-        "ops_kept_fp32": kept_ops,
-        "source_variant": "fp32",
+        **details,
+        "ops_kept_fp32": list(kept_ops),
+        "source_variant": source,
         "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
     }

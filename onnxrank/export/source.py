@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank._optional import require
 from onnxrank.errors import ExportError
+from onnxrank.export.direct_openvino import takes_direct_route
 from onnxrank.export.families import Family, family_for
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.memory import check_fits, estimate_memory
@@ -146,13 +147,17 @@ def _source_record(location: str, directory: Path | None,
 
 
 def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
-                    recipe: str | None = None) -> tuple[LoadedModel, Family]:
+                    recipe: str | None = None,
+                    variants: tuple[str, ...] = ()) -> tuple[LoadedModel, Family]:
     """Load a Hub id or checkpoint directory with transformers' from_pretrained.
 
     Args:
         task: The export's task: which checks, Auto class and reference apply.
         recipe: Decoder rerankers: ``--recipe`` (a built-in name or FILE.json); None = the
             built-in recipe of a known Hub id, if any (onnxrank.export.recipes.resolve_recipe).
+        variants: The variants the export builds: on the weight-compressed route
+            (onnxrank.export.direct_openvino) the weights load in the checkpoint's own dtype,
+            else in float32.
 
     Returns:
         The loaded checkpoint and its family (onnxrank.export.families, by config.model_type).
@@ -183,13 +188,17 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
             f"prompt); {location} is a {config.model_type!r} model: drop --recipe"
         )
     task.check_checkpoint(config, directory, location, uses_recipe=family.uses_recipe)
-    check_fits(estimate_memory(family.model_class(task), config), location)
+    direct = takes_direct_route(family, variants)
+    model_class = family.model_class(task)
+    check_fits(estimate_memory(model_class, config, direct=direct), location,
+               estimate_memory(model_class, config, direct=True)
+               if family.direct_openvino and not direct else None)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
         if prompt_recipe is not None and tokenizer.is_fast:  # before the (large) weights load
             answer_token_ids(prompt_recipe, tokenizer.backend_tokenizer)
-        model = family.model_class(task).from_pretrained(location, attn_implementation="eager",
-                                                         **options)
+        model = model_class.from_pretrained(location, attn_implementation="eager",
+                                            dtype="auto" if direct else None, **options)
     except (OSError, ValueError) as err:
         if not local:
             raise _hub_error(location, err) from err

@@ -5,7 +5,9 @@ BuiltVariant), its gate (default: the fidelity thresholds on both parts), what i
 after passing and, for a variant with a prefix graph (decoder rerankers), how that graph is made
 from the traced fp32 one. The facts of each variant (file, precision, how it runs) are
 onnxrank.engine.variants.VARIANTS; fp32, the reference graph every step starts from, is traced
-and gated by onnxrank.export.pipeline itself. Steps run in the table's order.
+and gated by onnxrank.export.pipeline itself. Steps run in the table's order. The
+weight-compressed route (onnxrank.export.direct_openvino) writes its one variant itself, and
+`converted_step` gates it.
 """
 
 from __future__ import annotations
@@ -154,6 +156,22 @@ def ov_int8_prefix_graph(context: ExportContext, source: Path, out: Path) -> tup
         return None
     compress_ov_int8(context, source, out)
     return (out.with_suffix(".bin").name,)
+
+
+def validate_converted(variant: str, quantization: dict[str, Any],
+                       context: ExportContext) -> BuiltVariant:
+    """A variant the weight-compressed route already wrote (onnxrank.export.direct_openvino),
+    measured like a built one."""
+    context.progress.step(f"validate {variant}")
+    fidelity, _, outputs = validate_file(context, variant)
+    return BuiltVariant(fidelity, quantization=quantization, outputs=outputs)
+
+
+def converted_step(variant: str, quantization: dict[str, Any]) -> VariantStep:
+    """The step of a variant the weight-compressed route wrote: validated, gated and recorded
+    like the built one; its prefix graph was written with it."""
+    return VariantStep(partial(validate_converted, variant, quantization),
+                       after_gate=record_bf16_runs)
 
 
 def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) -> None:

@@ -99,8 +99,7 @@ def test_a_last_rung_that_quantizes_nothing_fails_with_every_attempt(
         None, "no operator of this graph was quantized"]
 
 
-def test_a_variant_that_crashes_or_misses_its_gate_is_an_entry_with_its_stage(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_variant_that_crashes_or_misses_its_gate_is_an_entry_with_its_stage() -> None:
     def crash(context: Any) -> BuiltVariant:
         raise RuntimeError("NNCF fell over\nsecond line")
 
@@ -112,20 +111,20 @@ def test_a_variant_that_crashes_or_misses_its_gate_is_an_entry_with_its_stage(
         raise ValueError("bf16 run failed")
 
     built = BuiltVariant({"spearman": 0.5}, quantization={"attempts": [{"rung": 1}]})
-    monkeypatch.setattr(pipeline, "VARIANT_STEPS", {
+    steps = {
         "crashes": VariantStep(crash),
         "misses": VariantStep(lambda context: built, gate=miss),
         "late": VariantStep(lambda context: built, gate=lambda *args: None,
                             after_gate=crash_after_gate),
-        "passes": VariantStep(lambda context: built, gate=lambda *args: None)})
-    assert pipeline._build_variant(_context(), "crashes") == {
+        "passes": VariantStep(lambda context: built, gate=lambda *args: None)}
+    assert pipeline._build_variant(_context(), "crashes", steps["crashes"]) == {
         "stage": "build", "reason": "RuntimeError: NNCF fell over"}
-    assert pipeline._build_variant(_context(), "misses") == {
+    assert pipeline._build_variant(_context(), "misses", steps["misses"]) == {
         "stage": "validation", "reason": "spearman too low", "fidelity": {"spearman": 0.5},
         "attempts": [{"rung": 1}]}
-    assert pipeline._build_variant(_context(), "late") == {
+    assert pipeline._build_variant(_context(), "late", steps["late"]) == {
         "stage": "build", "reason": "ValueError: bf16 run failed", "attempts": [{"rung": 1}]}
-    assert pipeline._build_variant(_context(), "passes") is built
+    assert pipeline._build_variant(_context(), "passes", steps["passes"]) is built
 
 
 def test_the_families_answer_what_the_pipeline_asked_by_name() -> None:

@@ -54,6 +54,11 @@ class Family:
         known: False for the fallback of an unknown model_type (fp32 only).
         uses_recipe: True for decoder rerankers, which score through a prompt recipe
             (``--recipe``; LoadedModel.recipe); a recipe given for any other family is an error.
+        direct_openvino: True when the family's graphs convert straight from PyTorch to
+            OpenVINO (`convert_graph`): an export of its weight-only ``ov_int8`` alone then
+            loads the checkpoint in its own dtype and writes no fp32 file
+            (onnxrank.export.direct_openvino). The decoders, whose 4B and 8B shapes would not
+            fit in memory as fp32.
     """
 
     name = "bert"
@@ -65,6 +70,7 @@ class Family:
     checkpoint: CheckpointConfig | None = None
     known = True
     uses_recipe = False
+    direct_openvino = False
 
     # -- loading ----------------------------------------------------------------------------
     def model_class(self, task: ExportTask) -> Any:
@@ -121,6 +127,21 @@ class Family:
         prompt head; returns the external data files written beside it, or None for a family
         without one (every family but the decoders)."""
         return None
+
+    def convert_graph(self, loaded: LoadedModel) -> Any:
+        """Families with `direct_openvino`: the graph `graph_module` describes, converted by
+        openvino.convert_model from `loaded.model` in its own dtype (an ``openvino.Model``)."""
+        raise NotImplementedError(f"the {self.name} family does not convert to OpenVINO directly")
+
+    def convert_prefix_graph(self, loaded: LoadedModel) -> Any:
+        """Families with `direct_openvino`: the prefix graph converted the same way, or None for
+        a family without one."""
+        raise NotImplementedError(f"the {self.name} family does not convert to OpenVINO directly")
+
+    def fp32_ops(self, model: Any) -> list[str]:
+        """Ops of a converted ``openvino.Model`` that the int8 IR keeps in float, as `fp32_nodes`
+        names them in an ONNX graph (default: none)."""
+        return []
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         """The unpruned PyTorch rerank model as run(feeds) -> [batch, 1]: the reference every

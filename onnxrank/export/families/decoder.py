@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,8 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 # The model card's max_length; rows are as long as their text, this only caps them.
 DEFAULT_MAX_LENGTH = 8192
 OUTPUT_NAME = "logits"
+# where OpenVINO's 16-bit tracing patch keeps each module's own forward while it is patched
+_PATCHED_FORWARD = "_onnxrank_16bit_patch_forward"
 # the score head's module name: its nodes stay fp32 in every quantized variant
 SCORE_HEAD = "score_head"
 # protobuf's limit on one ONNX file: larger graphs keep their weights in EXTERNAL_DATA_SUFFIX
@@ -122,7 +125,6 @@ def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
     ``score_head`` node names, kept fp32 by the int8 variants).
     """
     torch = require("torch", extra="export")
-    transformers = require("transformers", extra="export")
     scorer = score_graph(model, answer_ids=answer_ids, weights=weights)
 
     class DecoderPrefixScoreGraph(torch.nn.Module):  # type: ignore[name-defined]
@@ -133,7 +135,7 @@ def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
 
         def forward(self, prefix_ids: Any, input_ids: Any, attention_mask: Any) -> Any:
             prefix_mask = torch.ones_like(prefix_ids)
-            cache = transformers.DynamicCache(config=self.body.config)
+            cache = _primed_cache(self.body.config, self.body.dtype)
             self.body(input_ids=prefix_ids, attention_mask=causal_mask(prefix_mask),
                       past_key_values=cache, use_cache=True)
             batch = input_ids.shape[0]
@@ -159,6 +161,21 @@ def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
     return DecoderPrefixScoreGraph().eval()
 
 
+def _primed_cache(config: Any, dtype: torch.dtype) -> Any:
+    """A DynamicCache whose layers start as empty [1, kv_heads, 0, head_dim] tensors.
+    transformers starts them as 1-D empty tensors, which the first update concatenates on the
+    sequence axis: fine in PyTorch and the ONNX exporter, a rank error in openvino.convert_model."""
+    torch = require("torch", extra="export")
+    transformers = require("transformers", extra="export")
+    cache = transformers.DynamicCache(config=config)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    empty = torch.zeros((1, config.num_key_value_heads, 0, head_dim), dtype=dtype)
+    for layer in cache.layers:
+        layer.lazy_initialization(empty)
+        layer.keys, layer.values = empty, empty
+    return cache
+
+
 def causal_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """[batch, 1, sequence, sequence] additive mask: 0 where a query may attend, float32 min
     where the key is later than the query or padding (what transformers builds from a 2-D mask)."""
@@ -175,21 +192,30 @@ def reference_runner(model: Any, *, answer_ids: tuple[int, ...],
     """The unmodified causal LM as run(feeds) -> [batch, 1] sum(weight * logit(answer token)).
 
     Feeds are right-padded, so each row's last real token is at sum(attention_mask) - 1 and its
-    positions are those of the row alone; the full vocabulary projection runs at that token only
-    (the model card's ``logits[:, -1, :]`` for the row alone), not at every position.
+    positions are those of the row alone; the vocabulary projection runs at that token only
+    (the model card's ``logits[:, -1, :]`` for the row alone), for the answer tokens' rows.
+    Arithmetic is float32 whatever the checkpoint's dtype, as in the exported graphs: a 16-bit
+    model's modules run on their weights upcast while each runs (`_float32_modules`), so the
+    reference needs no float32 copy of the whole model and carries no bfloat16 rounding (a
+    bfloat16 logit of 10 has a step of 0.06, coarser than the int8 error the gates judge).
     """
     torch = require("torch", extra="export")
     coefficients = torch.tensor(weights, dtype=torch.float32)
+    head = model.get_output_embeddings()
+    rows = head.weight.detach()[list(answer_ids)].to(torch.float32)
+    bias = None if getattr(head, "bias", None) is None else \
+        head.bias.detach()[list(answer_ids)].to(torch.float32)
 
     def run(feeds: dict[str, np.ndarray]) -> np.ndarray:
         input_ids = torch.from_numpy(feeds["input_ids"])
         attention_mask = torch.from_numpy(feeds["attention_mask"])
-        with torch.inference_mode():
+        with torch.inference_mode(), _float32_modules(model.model):
             hidden = model.model(input_ids=input_ids, attention_mask=attention_mask,
                                  use_cache=False).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
-            logits = model.lm_head(hidden[torch.arange(hidden.shape[0]), last]).float()
-            return (logits[:, list(answer_ids)] @ coefficients).reshape(-1, 1).numpy()
+            logits = torch.nn.functional.linear(
+                hidden[torch.arange(hidden.shape[0]), last].to(torch.float32), rows, bias)
+            return (logits @ coefficients).reshape(-1, 1).numpy()
 
     return run
 
@@ -203,11 +229,8 @@ def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) ->
     Returns:
         The external data file names written beside `out_path` (empty for a self-contained file).
     """
-    torch = require("torch", extra="export")
-    # batch 2 x sequence 16: distinct sizes so the exporter cannot confuse the two axes
-    dummy = (torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long))
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    return _export(graph, out_path, dummy, INPUT_NAMES, axes, opset=opset)
+    return _export(graph, out_path, _score_dummy(), INPUT_NAMES, axes, opset=opset)
 
 
 def export_prefix_graph(graph: torch.nn.Module, out_path: Path, *,
@@ -218,13 +241,115 @@ def export_prefix_graph(graph: torch.nn.Module, out_path: Path, *,
     Returns:
         The external data file names written beside `out_path`.
     """
-    torch = require("torch", extra="export")
-    # prefix 5, batch 2, continuation 16: three distinct sizes
-    dummy = (torch.ones((1, 5), dtype=torch.long), torch.ones((2, 16), dtype=torch.long),
-             torch.ones((2, 16), dtype=torch.long))
     axes = {PREFIX_INPUT: {1: "prefix"},
             **{name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}}
-    return _export(graph, out_path, dummy, (PREFIX_INPUT, *INPUT_NAMES), axes, opset=opset)
+    return _export(graph, out_path, _prefix_dummy(), (PREFIX_INPUT, *INPUT_NAMES), axes,
+                   opset=opset)
+
+
+def _score_dummy() -> tuple[torch.Tensor, ...]:
+    torch = require("torch", extra="export")
+    # batch 2 x sequence 16: distinct sizes so the exporter cannot confuse the two axes
+    return torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long)
+
+
+def _prefix_dummy() -> tuple[torch.Tensor, ...]:
+    torch = require("torch", extra="export")
+    # prefix 5, batch 2, continuation 16: three distinct sizes
+    return (torch.ones((1, 5), dtype=torch.long), *_score_dummy())
+
+
+def convert_score_graph(graph: torch.nn.Module) -> Any:
+    """openvino.convert_model of a `score_graph` (dynamic batch and sequence; the weights shared
+    with PyTorch, in their dtype): the ``openvino.Model`` of the score graph's ONNX file."""
+    return _convert(graph, _score_dummy(), {name: [-1, -1] for name in INPUT_NAMES})
+
+
+def convert_prefix_graph(graph: torch.nn.Module) -> Any:
+    """openvino.convert_model of a `prefix_score_graph` (one prefix row of dynamic length)."""
+    return _convert(graph, _prefix_dummy(),
+                    {PREFIX_INPUT: [1, -1], **{name: [-1, -1] for name in INPUT_NAMES}})
+
+
+def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...], shapes: dict[str, list[int]]) -> Any:
+    torch = require("torch", extra="export")
+    openvino = require("openvino", extra="openvino")
+    with torch.inference_mode(), warnings.catch_warnings(), _float32_arithmetic(graph):
+        warnings.simplefilter("ignore")  # TorchScript tracer warnings, as for the ONNX export
+        model = openvino.convert_model(graph, example_input=dummy, input=[
+            (name, shape, openvino.Type.i64) for name, shape in shapes.items()])
+    # the converter may add a traced value's name beside an input's: the engine reads the one
+    for port, name in zip(model.inputs, shapes, strict=True):
+        port.get_tensor().set_names({name})
+    model.outputs[0].get_tensor().set_names({OUTPUT_NAME})
+    return model
+
+
+@contextmanager
+def _float32_arithmetic(graph: torch.nn.Module) -> Iterator[None]:
+    """Trace a 16-bit model as 16-bit weights feeding float32 arithmetic, the form NNCF and
+    the CPU plugin know as compressed weights, and leave it as it was.
+
+    Converted as it is, a bfloat16 model computes in bfloat16: NNCF's int8 weights then end in
+    a bfloat16 Convert that the CPU plugin does not fuse, so it decompresses every weight at
+    compile time (a Qwen3-4B-shaped IR took 21 GiB under the f32 hint and 10 GiB under bf16,
+    for 4.4 GB of int8). OpenVINO's own patch (what optimum-intel uses for 16-bit models) makes
+    the Linear and Embedding modules emit their 16-bit weights as constants, and casts the
+    other modules' parameters (the norms') to float32; undoing it restores their dtypes.
+    """
+    torch = require("torch", extra="export")
+    sixteen_bit = {torch.float16, torch.bfloat16}
+    if not any(parameter.dtype in sixteen_bit for parameter in graph.parameters()):
+        yield
+        return
+    from openvino.frontend.pytorch.patch_model import __make_16bit_traceable, unpatch_model
+
+    dtypes = {name: tensor.dtype for name, tensor in
+              (*graph.named_parameters(), *graph.named_buffers())}
+    __make_16bit_traceable(graph, orig_forward_name=_PATCHED_FORWARD)
+    try:
+        yield
+    finally:
+        unpatch_model(graph, _PATCHED_FORWARD)
+        for name, tensor in (*graph.named_parameters(), *graph.named_buffers()):
+            if tensor.dtype != dtypes[name]:
+                tensor.data = tensor.data.to(dtypes[name])
+
+
+@contextmanager
+def _float32_modules(model: torch.nn.Module) -> Iterator[None]:
+    """Run a 16-bit model in float32 arithmetic: each module's 16-bit parameters are upcast
+    while it runs and put back after, so one module's weights at a time are float32."""
+    torch = require("torch", extra="export")
+    sixteen_bit = {torch.float16, torch.bfloat16}
+    modules = [module for module in model.modules()
+               if any(parameter.dtype in sixteen_bit for parameter in module.parameters(False))]
+    upcast: dict[Any, list[tuple[Any, Any]]] = {}
+
+    def before(module: Any, args: Any) -> None:
+        upcast[module] = [(parameter, parameter.data) for parameter in module.parameters(False)
+                          if parameter.dtype in sixteen_bit]
+        for parameter, data in upcast[module]:
+            parameter.data = data.to(torch.float32)
+
+    def after(module: Any, args: Any, output: Any) -> None:
+        for parameter, data in upcast.pop(module):
+            parameter.data = data
+
+    handles = [handle for module in modules for handle in (
+        module.register_forward_pre_hook(before), module.register_forward_hook(after))]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def score_head_ops(model: Any) -> list[str]:
+    """The score head's MatMul in an `openvino.Model` converted from PyTorch (its friendly
+    name is the module path, ``__module.score_head/aten::linear/MatMul``)."""
+    return [op.get_friendly_name() for op in model.get_ops()
+            if op.get_type_name() == "MatMul" and f".{SCORE_HEAD}/" in op.get_friendly_name()]
 
 
 def _export(graph: torch.nn.Module, out_path: Path, dummy: tuple[Any, ...],
@@ -273,6 +398,7 @@ class DecoderFamily(Family):
     ort_model_type = None  # onnxruntime's transformer optimizer has no fusions for these graphs
     ov_int8_mode = "weight_only"
     uses_recipe = True
+    direct_openvino = True
 
     def model_class(self, task: ExportTask) -> Any:
         transformers = require("transformers", extra="export")
@@ -297,6 +423,18 @@ class DecoderFamily(Family):
         graph = prefix_score_graph(model, answer_ids=self.answer_ids(loaded),
                                    weights=self.recipe(loaded).score_kind.weights)
         return export_prefix_graph(graph, out_path, opset=opset)
+
+    def convert_graph(self, loaded: LoadedModel) -> Any:
+        return convert_score_graph(score_graph(loaded.model, answer_ids=self.answer_ids(loaded),
+                                               weights=self.recipe(loaded).score_kind.weights))
+
+    def convert_prefix_graph(self, loaded: LoadedModel) -> Any:
+        return convert_prefix_graph(prefix_score_graph(
+            loaded.model, answer_ids=self.answer_ids(loaded),
+            weights=self.recipe(loaded).score_kind.weights))
+
+    def fp32_ops(self, model: Any) -> list[str]:
+        return score_head_ops(model)
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
         return reference_runner(loaded.model, answer_ids=self.answer_ids(loaded),
