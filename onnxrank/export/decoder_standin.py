@@ -157,14 +157,9 @@ def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
         **fields, bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])
     torch.manual_seed(seed)
-    dtype = getattr(torch, shape.dtype)
     # made in its own dtype: a 4B shape in float32 would need 16 GB before it is even saved
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        model = transformers.Qwen3ForCausalLM(config).eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, dtype=getattr(torch, shape.dtype)).eval()
     model.save_pretrained(str(out_dir))
     info = {
         "builder": f"onnxrank.export.decoder_standin ({size})",

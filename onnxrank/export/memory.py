@@ -49,9 +49,9 @@ class MemoryEstimate:
     weights: int
     needed_bytes: int
     available_bytes: int
-    dtype: str = "float32"
-    weight_bytes: int = 0
-    direct: bool = False
+    dtype: str
+    weight_bytes: int
+    direct: bool
 
     @property
     def fits(self) -> bool:
@@ -83,9 +83,14 @@ def estimate_memory(model_class: Any, config: Any, *, direct: bool = False) -> M
         direct: Estimate the weight-compressed route (the weights in the checkpoint's dtype)
             instead of the fp32 one.
     """
+    return route_estimate(weight_count(meta_model(model_class, config)), config, direct=direct)
+
+
+def route_estimate(weights: int, config: Any, *, direct: bool) -> MemoryEstimate:
+    """`estimate_memory` for a checkpoint of `weights` parameters already counted: one route's
+    estimate from another's (`MemoryEstimate.weights`) without building the model again."""
     psutil = require("psutil", extra="export")
     torch = require("torch", extra="export")
-    weights = weight_count(meta_model(model_class, config))
     dtype = checkpoint_dtype(config) if direct else "float32"
     weight_bytes = weights * getattr(torch, dtype).itemsize
     factor = DIRECT_PEAK_PER_WEIGHT_BYTE if direct else PEAK_PER_WEIGHT_BYTE

@@ -14,7 +14,7 @@ from onnxrank.errors import ExportError
 from onnxrank.export.direct_openvino import takes_direct_route
 from onnxrank.export.families import Family, family_for
 from onnxrank.export.loaded import LoadedModel
-from onnxrank.export.memory import check_fits, estimate_memory
+from onnxrank.export.memory import check_fits, estimate_memory, route_estimate
 from onnxrank.export.recipes import answer_token_ids, resolve_recipe
 from onnxrank.export.standin import read_marker
 
@@ -190,8 +190,8 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
     task.check_checkpoint(config, directory, location, uses_recipe=family.uses_recipe)
     direct = takes_direct_route(family, variants)
     model_class = family.model_class(task)
-    check_fits(estimate_memory(model_class, config, direct=direct), location,
-               estimate_memory(model_class, config, direct=True)
+    found = estimate_memory(model_class, config, direct=direct)
+    check_fits(found, location, route_estimate(found.weights, config, direct=True)
                if family.direct_openvino and not direct else None)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
