@@ -285,6 +285,15 @@ def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...], shapes: dict[str, l
     return model
 
 
+def _is_16bit(tensor: torch.Tensor) -> bool:
+    torch = require("torch", extra="export")
+    return tensor.dtype in (torch.float16, torch.bfloat16)
+
+
+def _has_16bit_weights(module: torch.nn.Module, *, recurse: bool = True) -> bool:
+    return any(_is_16bit(parameter) for parameter in module.parameters(recurse))
+
+
 @contextmanager
 def _float32_arithmetic(graph: torch.nn.Module) -> Iterator[None]:
     """Trace a 16-bit model as 16-bit weights feeding float32 arithmetic, the form NNCF and
@@ -297,9 +306,7 @@ def _float32_arithmetic(graph: torch.nn.Module) -> Iterator[None]:
     the Linear and Embedding modules emit their 16-bit weights as constants, and casts the
     other modules' parameters (the norms') to float32; undoing it restores their dtypes.
     """
-    torch = require("torch", extra="export")
-    sixteen_bit = {torch.float16, torch.bfloat16}
-    if not any(parameter.dtype in sixteen_bit for parameter in graph.parameters()):
+    if not _has_16bit_weights(graph):
         yield
         return
     from openvino.frontend.pytorch.patch_model import __make_16bit_traceable, unpatch_model
@@ -321,14 +328,12 @@ def _float32_modules(model: torch.nn.Module) -> Iterator[None]:
     """Run a 16-bit model in float32 arithmetic: each module's 16-bit parameters are upcast
     while it runs and put back after, so one module's weights at a time are float32."""
     torch = require("torch", extra="export")
-    sixteen_bit = {torch.float16, torch.bfloat16}
-    modules = [module for module in model.modules()
-               if any(parameter.dtype in sixteen_bit for parameter in module.parameters(False))]
+    modules = [module for module in model.modules() if _has_16bit_weights(module, recurse=False)]
     upcast: dict[Any, list[tuple[Any, Any]]] = {}
 
     def before(module: Any, args: Any) -> None:
         upcast[module] = [(parameter, parameter.data) for parameter in module.parameters(False)
-                          if parameter.dtype in sixteen_bit]
+                          if _is_16bit(parameter)]
         for parameter, data in upcast[module]:
             parameter.data = data.to(torch.float32)
 
@@ -420,18 +425,17 @@ class DecoderFamily(Family):
 
     def export_prefix_graph(self, loaded: LoadedModel, model: Any, out_path: Path, *,
                             opset: int) -> tuple[str, ...] | None:
-        graph = prefix_score_graph(model, answer_ids=self.answer_ids(loaded),
-                                   weights=self.recipe(loaded).score_kind.weights)
-        return export_prefix_graph(graph, out_path, opset=opset)
+        return export_prefix_graph(self._prefix_module(loaded, model), out_path, opset=opset)
 
     def convert_graph(self, loaded: LoadedModel) -> Any:
-        return convert_score_graph(score_graph(loaded.model, answer_ids=self.answer_ids(loaded),
-                                               weights=self.recipe(loaded).score_kind.weights))
+        return convert_score_graph(self.graph_module(loaded, loaded.model, RERANK))
 
     def convert_prefix_graph(self, loaded: LoadedModel) -> Any:
-        return convert_prefix_graph(prefix_score_graph(
-            loaded.model, answer_ids=self.answer_ids(loaded),
-            weights=self.recipe(loaded).score_kind.weights))
+        return convert_prefix_graph(self._prefix_module(loaded, loaded.model))
+
+    def _prefix_module(self, loaded: LoadedModel, model: Any) -> torch.nn.Module:
+        return prefix_score_graph(model, answer_ids=self.answer_ids(loaded),
+                                  weights=self.recipe(loaded).score_kind.weights)
 
     def fp32_ops(self, model: Any) -> list[str]:
         return score_head_ops(model)
