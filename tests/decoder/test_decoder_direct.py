@@ -1,7 +1,8 @@
 """The weight-compressed route (onnxrank.export.direct_openvino): ``--variants ov_int8`` of a
 decoder converts the checkpoint, in its own dtype, straight to the int8 IR and its prefix
 graph, with no fp32 file; its scores are the traced route's ov_int8's; a bfloat16 checkpoint
-loads and is gated in bfloat16; and the fp32 route's memory error names this route."""
+converts from bfloat16 and keeps u8 weights; and the reference is float32 arithmetic on the
+checkpoint's weights (the memory check of the route: test_decoder_memory.py)."""
 
 from __future__ import annotations
 
