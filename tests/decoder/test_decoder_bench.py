@@ -44,7 +44,16 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
     assert "engine/transformers_fp32" in result["ratios"]
     # prefix reuse vs the whole rows, where the engine's variant has a prefix graph
     assert ("engine/engine_no_prefix" in result["ratios"]) != ("engine_no_prefix" in result["skipped"])
-    assert result["workload"]["prefix_tokens_per_row"] >= 0
+    workload = result["workload"]
+    assert workload["prefix_tokens_per_row"] >= 0
+    if "engine/engine_no_prefix" in result["ratios"]:
+        # each row's prompt head runs once per batch instead of once per row
+        padded = workload["padded_tokens"]
+        assert 0 < padded["engine"] < padded["engine_no_prefix"]
+        assert workload["padded_token_bound"] == pytest.approx(
+            padded["engine_no_prefix"] / padded["engine"])
+    else:
+        assert "padded_tokens" not in workload
     benchmarks = json.loads((out / "pytest-benchmark.json").read_text())["benchmarks"]
     assert [entry["extra_info"]["model"] for entry in benchmarks] == [
         f"{load_model_spec(decoder_model_dir).name}: NOT relevance-trained, its scores are NOT "

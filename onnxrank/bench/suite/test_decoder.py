@@ -3,7 +3,8 @@
 runs whole) vs the same recipe in plain transformers (PyTorch fp32 and bf16), interleaved, per
 request of 20 and 50 candidates at short and mixed lengths: pairs/s, p50 and the share of the
 GEMM ceiling. The workload records the prefix and own tokens per row, which bound the reuse's
-gain.
+gain, and both engines' padded tokens (``padded_token_bound``: the whole rows' over the reuse's),
+which bound it on the planned batches.
 
 The model is RANDOM-INITIALISED (Qwen/Qwen3-0.6B's published config, onnxrank's stand-in
 tokenizer): speed only, its scores mean nothing. Build and export it first (minutes; see
@@ -113,19 +114,30 @@ class ModelCardScorer:
             return self._torch.softmax(pair, dim=1)[:, 1].numpy()
 
 
-def _prefix_tokens(engine: Reranker, requests: Sequence[Request]) -> dict[str, float]:
-    """Mean tokens per row of the engine's planned runs: those run once per batch as the query's
-    shared prefix (0 without prefix reuse) and those each row runs itself (past the prefix)."""
+def _plan_tokens(engine: Reranker, whole_rows: Reranker | None,
+                 requests: Sequence[Request]) -> dict[str, object]:
+    """What the planned runs hold: the mean tokens per row the engine runs once per batch as the
+    query's shared prefix (0 without prefix reuse) and those each row runs itself (past the
+    prefix), and each engine's padded tokens over the requests (a prefix counted once per batch).
+    The whole rows' padded tokens over the engine's (`padded_token_bound`) bound what reuse can
+    gain on these requests where every padded token costs the same."""
     prefix, own = [], []
+    padded = {"engine": 0, "engine_no_prefix": 0}
     for request in requests:
-        feeds = planned_feeds(engine, [(request.query, document)
-                                       for document in request.documents])
-        for feed in feeds:
-            shared = feed[PREFIX_INPUT].shape[1] if PREFIX_INPUT in feed else 0
-            own += feed["attention_mask"].sum(axis=1).tolist()
-            prefix += [shared] * len(feed["input_ids"])
-    return {"prefix_tokens_per_row": float(np.mean(prefix)),
-            "own_tokens_per_row": float(np.mean(own))}
+        pairs = [(request.query, document) for document in request.documents]
+        for name, reranker in (("engine", engine), ("engine_no_prefix", whole_rows)):
+            for feed in planned_feeds(reranker, pairs) if reranker is not None else ():
+                shared = feed[PREFIX_INPUT].shape[1] if PREFIX_INPUT in feed else 0
+                padded[name] += feed["input_ids"].size + shared
+                if name == "engine":
+                    own += feed["attention_mask"].sum(axis=1).tolist()
+                    prefix += [shared] * len(feed["input_ids"])
+    tokens: dict[str, object] = {"prefix_tokens_per_row": float(np.mean(prefix)),
+                                 "own_tokens_per_row": float(np.mean(own))}
+    if whole_rows is not None:
+        tokens.update(padded_tokens=padded,
+                      padded_token_bound=padded["engine_no_prefix"] / padded["engine"])
+    return tokens
 
 
 def _decoder_dir(bench: BenchRun) -> Path:
@@ -156,6 +168,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     contenders: list[Contender[Sequence[Request]]] = [engine_contender(
         "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
     skipped: dict[str, str] = {}
+    whole_rows = None
     if engine.uses_prefix_graph:
         whole_rows = Reranker.from_dir(model_dir, bench.engine_config(device, prefix_reuse=False))
         contenders.append(engine_contender(
@@ -200,7 +213,7 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     measured = workload.requests[:len(timings.seconds[contenders[0].name])]
     description = dataclasses.replace(workload, requests=measured).describe()
     description.update({"model": f"{engine.spec.name}: random weights, speed only",
-                        "candidates": candidates, **_prefix_tokens(engine, measured)})
+                        "candidates": candidates, **_plan_tokens(engine, whole_rows, measured)})
     result = summarize(SCENARIO, label, device, contenders, timings, ratios=ratios,
                        skipped=skipped, workload=description,
                        flops_per_item=flops_per_item[:len(measured)])

@@ -1,0 +1,82 @@
+"""How much prefix reuse can gain on the bench's decoder requests, from the planned batches alone.
+
+A research script, not part of the package. Every padded token of a decoder's batch costs about
+the same (docs/engine.md, "Where the time goes"), so the whole rows' padded tokens over the
+prefix plan's bound what reuse can gain on a workload. This script plans (no model runs) the
+bench's requests of one regime (its dataset, seed and lengths) both ways with the engine's own
+planner, and a third way the engine does not run: the query's prefix run once per query and
+carried across its batches (a graph that returns the prefix's keys and values), each batch charged
+only the runtime's per-run cost. Run from the repository root on an exported decoder::
+
+    python research/prefix_plan_bound.py models/qwen3-0.6b-random-reranker short 50
+
+It prints each plan's batches for the first request, the padded tokens over all requests, and
+the bounds, at padding multiples of 16 (what the batch check measured on avx512_vnni_bf16) and 8.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from onnxrank.bench.paths import DEFAULT_DATASET
+from onnxrank.bench.workloads import (
+    DEFAULT_SEED,
+    PassageSource,
+    build_workload,
+    load_dataset,
+    parse_regimes,
+)
+from onnxrank.engine.backends.openvino import OpenvinoRunner
+from onnxrank.engine.batching import plan_batches
+from onnxrank.engine.prefix import shared_prefix_length
+from onnxrank.engine.reranker import Reranker
+
+QUERIES = 6  # the bench's decoder scenario's requests per comparison
+OPTIONS = {"backend": "openvino", "precision": "int8+bf16", "threads": 2}
+
+
+def main() -> None:
+    model, regime_name, candidates = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    regime = parse_regimes(regime_name)[0]
+    for multiple in (16, 8):
+        engines = {name: Reranker.from_dir(model, prefix_reuse=name == "prefix once per batch",
+                                           pad_to_multiple=multiple, **OPTIONS)
+                   for name in ("whole rows", "prefix once per batch")}
+        source = PassageSource(load_dataset(DEFAULT_DATASET), engines["whole rows"].tokenizer)
+        workload = build_workload(source, regime, queries=QUERIES, candidates=candidates,
+                                  seed=DEFAULT_SEED)
+        padded = dict.fromkeys([*engines, "prefix once per query"], 0)
+        for number, request in enumerate(workload.requests):
+            pairs = [(request.query, document) for document in request.documents]
+            plans = {}
+            for name, engine in engines.items():
+                rows = engine._encode(pairs, engine._instruction(None))
+                plans[name] = [(len(batch.rows), batch.padded_length, batch.prefix_length)
+                               for batch in engine._pair_plan(rows, pairs,
+                                                              sort_by_length=True).batches]
+            reuse = engines["prefix once per batch"]
+            rows = reuse._encode(pairs, reuse._instruction(None))
+            prefix = shared_prefix_length(rows)
+            carried = plan_batches([len(row.ids) - prefix for row in rows],
+                                   max_batch_tokens=reuse.config.max_batch_tokens - prefix,
+                                   max_batch_size=reuse.config.max_batch_size,
+                                   pad_to_multiple=multiple,
+                                   batch_overhead_tokens=OpenvinoRunner.cpu_run_overhead_tokens)
+            plans["prefix once per query"] = [(len(batch.rows), batch.padded_length, 0)
+                                              for batch in carried]
+            for name, plan in plans.items():
+                padded[name] += sum(rows_ * length + shared for rows_, length, shared in plan)
+            padded["prefix once per query"] += prefix
+            if number == 0:
+                for name, plan in plans.items():
+                    print(f"multiple {multiple}, {name}: batches (rows, padded length, prefix) "
+                          f"{plan}")
+        whole = padded["whole rows"]
+        print(f"multiple {multiple}, {QUERIES} requests of {candidates} {regime.name}: padded "
+              "tokens " + ", ".join(f"{name} {tokens}" for name, tokens in padded.items())
+              + "; bounds " + ", ".join(f"{name} {whole / tokens:.3f}x"
+                                        for name, tokens in padded.items() if tokens != whole))
+
+
+if __name__ == "__main__":
+    main()
