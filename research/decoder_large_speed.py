@@ -70,12 +70,15 @@ def _convert(checkpoint: Path, out: Path) -> None:
           f"{peak:.1f} GiB; prefix graph: {converted.prefix_graph}")
 
 
-def _plan(reranker: Reranker, pairs: list[tuple[str, str]]) -> tuple[list[dict], np.ndarray]:
-    """The feeds of `reranker.score(pairs)`'s batches and the row each output belongs to."""
+def _plan(reranker: Reranker,
+          pairs: list[tuple[str, str]]) -> tuple[list[dict], np.ndarray, int]:
+    """The feeds of `reranker.score(pairs)`'s batches, the row each output belongs to and the
+    tokens the batches run (Batch.tokens)."""
     rows = reranker._encode(pairs, reranker._instruction(None))
     plan = reranker._pair_plan(rows, pairs, sort_by_length=True)
     order = np.concatenate([batch.rows for batch in plan.batches])
-    return [batch_feeds(plan, batch) for batch in plan.batches], order
+    return ([batch_feeds(plan, batch) for batch in plan.batches], order,
+            sum(batch.tokens for batch in plan.batches))
 
 
 def main() -> None:
@@ -101,16 +104,14 @@ def main() -> None:
         runners[name] = backend.open(out / file, device=Device.CPU, precision=precision,
                                      variant=DIRECT_VARIANT, threads=2)
         print(f"{name}: compiled {file} in {time.perf_counter() - started:.0f} s")
-    for name, (feeds, _) in plans.items():
-        tokens = sum(feed["input_ids"].size + feed.get("prefix_ids", np.empty((1, 0))).shape[1]
-                     for feed in feeds)
+    for name, (feeds, _, tokens) in plans.items():
         print(f"{name}: batches {[feed['input_ids'].shape for feed in feeds]}, padded tokens "
               f"{tokens}")
     times: dict[str, list[float]] = {name: [] for name in plans}
     scores: dict[str, np.ndarray] = {}
     for round_number in range(ROUNDS):
         for name in plans if round_number % 2 == 0 else list(plans)[::-1]:
-            feeds, order = plans[name]
+            feeds, order, _ = plans[name]
             started = time.perf_counter()
             outputs = [runners[name].run(feed) for feed in feeds]
             times[name].append(time.perf_counter() - started)

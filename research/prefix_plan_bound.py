@@ -48,29 +48,25 @@ def main() -> None:
         padded = dict.fromkeys([*engines, "prefix once per query"], 0)
         for number, request in enumerate(workload.requests):
             pairs = [(request.query, document) for document in request.documents]
-            plans = {}
-            for name, engine in engines.items():
-                rows = engine._encode(pairs, engine._instruction(None))
-                plans[name] = [(len(batch.rows), batch.padded_length, batch.prefix_length)
-                               for batch in engine._pair_plan(rows, pairs,
-                                                              sort_by_length=True).batches]
             reuse = engines["prefix once per batch"]
-            rows = reuse._encode(pairs, reuse._instruction(None))
+            rows = reuse._encode(pairs, reuse._instruction(None))  # the same rows for both
+            plans = {name: engine._pair_plan(rows, pairs, sort_by_length=True).batches
+                     for name, engine in engines.items()}
             prefix = shared_prefix_length(rows)
-            carried = plan_batches([len(row.ids) - prefix for row in rows],
-                                   max_batch_tokens=reuse.config.max_batch_tokens - prefix,
-                                   max_batch_size=reuse.config.max_batch_size,
-                                   pad_to_multiple=multiple,
-                                   batch_overhead_tokens=OpenvinoRunner.cpu_run_overhead_tokens)
-            plans["prefix once per query"] = [(len(batch.rows), batch.padded_length, 0)
-                                              for batch in carried]
+            plans["prefix once per query"] = plan_batches(
+                [len(row.ids) - prefix for row in rows],
+                max_batch_tokens=reuse.config.max_batch_tokens - prefix,
+                max_batch_size=reuse.config.max_batch_size, pad_to_multiple=multiple,
+                batch_overhead_tokens=OpenvinoRunner.cpu_run_overhead_tokens)
             for name, plan in plans.items():
-                padded[name] += sum(rows_ * length + shared for rows_, length, shared in plan)
+                padded[name] += sum(batch.tokens for batch in plan)
             padded["prefix once per query"] += prefix
             if number == 0:
                 for name, plan in plans.items():
+                    shapes = [(len(batch.rows), batch.padded_length, batch.prefix_length)
+                              for batch in plan]
                     print(f"multiple {multiple}, {name}: batches (rows, padded length, prefix) "
-                          f"{plan}")
+                          f"{shapes}")
         whole = padded["whole rows"]
         print(f"multiple {multiple}, {QUERIES} requests of {candidates} {regime.name}: padded "
               "tokens " + ", ".join(f"{name} {tokens}" for name, tokens in padded.items())

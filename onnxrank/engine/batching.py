@@ -25,6 +25,12 @@ class Batch:
     padded_length: int
     prefix_length: int = 0
 
+    @property
+    def tokens(self) -> int:
+        """The tokens the batch runs: every row padded to `padded_length`, and the shared prefix
+        once."""
+        return len(self.rows) * self.padded_length + self.prefix_length
+
 
 # What batches are padded to a multiple of when neither the settings nor the runner's batch check
 # (onnxrank.engine.batch_invariance) says otherwise.

@@ -494,12 +494,9 @@ class _DeadlineGate:
         now = time.perf_counter()
         self._started = now
         return (now >= self._deadline
-                or now + self._seconds_per_token * _tokens(batch) > self._deadline)
+                or now + self._seconds_per_token * batch.tokens > self._deadline)
 
     def ran(self, batch: Batch) -> None:
         self._seconds_per_token = max(self._seconds_per_token,
-                                      (time.perf_counter() - self._started) / _tokens(batch))
+                                      (time.perf_counter() - self._started) / batch.tokens)
 
-
-def _tokens(batch: Batch) -> int:
-    return len(batch.rows) * batch.padded_length + batch.prefix_length

@@ -8,7 +8,13 @@ import re
 import numpy as np
 import pytest
 
-from onnxrank.engine.batching import _cut_optimally, plan_batches, round_up, run_overhead_tokens
+from onnxrank.engine.batching import (
+    Batch,
+    _cut_optimally,
+    plan_batches,
+    round_up,
+    run_overhead_tokens,
+)
 
 
 def greedy_oracle(lengths: list[int], budget: int, cap: int, multiple: int) -> list[list[int]]:
@@ -141,3 +147,8 @@ def test_cpu_plans_by_its_runtimes_charge_and_cuda_by_run_count() -> None:
     assert plan("cpu", 128) == [(20, 72)]
     assert plan("cpu", 64) == [(10, 64), (10, 72)]
     assert plan("cuda", 0) == [(20, 72)]
+
+
+def test_a_batch_runs_its_padded_rows_and_its_prefix_once() -> None:
+    assert Batch(rows=np.arange(5), padded_length=24).tokens == 5 * 24
+    assert Batch(rows=np.arange(3), padded_length=16, prefix_length=40).tokens == 3 * 16 + 40
