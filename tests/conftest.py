@@ -30,6 +30,8 @@ from built_once import built_once
 from child_process import in_child_process
 
 TINY_VALIDATION_PAIRS = 48
+# what the CUDA provider runs of an encoder (int8 and ov_int8 are CPU-only)
+CUDA_VARIANTS = ("fp32", "opt", "fp16")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -65,6 +67,19 @@ def tiny_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathF
         export_model, ExportRequest(model=str(tiny_checkpoint_dir), out_dir=out_dir,
                                     validation_pairs=TINY_VALIDATION_PAIRS,
                                     thresholds=_tiny_thresholds())))
+
+
+@pytest.fixture(scope="session")
+def tiny_cuda_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tiny_checkpoint_dir` exported with the variants CUDA runs (fp32, opt, fp16), for the
+    gpu-marked tests: a GPU machine need not carry OpenVINO for int8 it never runs."""
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    return built_once(tmp_path_factory, "tiny-models/tiny-cuda-reranker",
+                      lambda out_dir: in_child_process(
+                          export_model, ExportRequest(model=str(tiny_checkpoint_dir),
+                                                      out_dir=out_dir, variants=CUDA_VARIANTS,
+                                                      validation_pairs=TINY_VALIDATION_PAIRS)))
 
 
 @pytest.fixture(scope="session")

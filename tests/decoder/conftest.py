@@ -110,6 +110,23 @@ def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.
 
 
 @pytest.fixture(scope="session")
+def recipe_cuda_dir(recipe_name: str, recipe_checkpoint: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recipe's checkpoint exported with the fp32 variant alone, what a decoder runs on CUDA
+    (its int8 variants are CPU-only); used by the gpu-marked tests."""
+    from onnxrank.cli import main
+
+    def export(out: Path) -> None:
+        code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
+                                       recipe_name, "--out", str(out), "--max-length",
+                                       str(MAX_LENGTH), "--variants", "fp32",
+                                       "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
+        assert code == 0, f"the {recipe_name} fp32 export failed (see the captured stderr)"
+
+    return built_once(tmp_path_factory, f"models/{recipe_name}-fp32", export)
+
+
+@pytest.fixture(scope="session")
 def recipe_card(recipe_name: str, recipe_checkpoint: Path,
                 request: pytest.FixtureRequest) -> ModelCardReranker | BgeGemmaCard | MxbaiCard:
     case = RECIPE_MODELS[recipe_name]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import bench_outside_xdist
 import pytest
@@ -58,3 +59,23 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
     assert [entry["extra_info"]["model"] for entry in benchmarks] == [
         f"{load_model_spec(decoder_model_dir).name}: NOT relevance-trained, its scores are NOT "
         "relevance scores (speed measurements only)"]
+
+
+def test_the_scenario_measures_the_runs_model_when_it_is_a_decoder(
+        decoder_model_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from onnxrank.bench.suite.test_decoder import _decoder_dir
+
+    empty = tmp_path / "models"
+    empty.mkdir()
+    run = SimpleNamespace(model_name=str(decoder_model_dir), models_dir=empty)
+    assert _decoder_dir(run) == decoder_model_dir  # type: ignore[arg-type]
+    # a name under --models-dir works too
+    (empty / "my-decoder").symlink_to(decoder_model_dir)
+    run = SimpleNamespace(model_name="my-decoder", models_dir=empty)
+    assert _decoder_dir(run) == empty / "my-decoder"  # type: ignore[arg-type]
+    # a cross-encoder --model falls back to DECODER_MODEL, and without it the scenario skips
+    run = SimpleNamespace(model_name=str(tiny_model_dir), models_dir=empty)
+    with pytest.raises(pytest.skip.Exception, match="is not a decoder reranker"):
+        _decoder_dir(run)  # type: ignore[arg-type]
+    (empty / DECODER_MODEL).symlink_to(decoder_model_dir)
+    assert _decoder_dir(run) == empty / DECODER_MODEL  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ CUDA_FP32_MAX_ABS_DIFF = 1e-3
 
 
 def test_cuda_runs_fp16_with_io_binding_and_matches_pytorch(
-    tiny_model_dir: Path, tiny_checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_cuda_model_dir: Path, tiny_checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs: list[int] = []
     bound_run = OnnxruntimeRunner._run_with_io_binding
@@ -43,13 +43,14 @@ def test_cuda_runs_fp16_with_io_binding_and_matches_pytorch(
         return bound_run(self, feeds)
 
     monkeypatch.setattr(OnnxruntimeRunner, "_run_with_io_binding", counted)
-    reranker = Reranker.from_dir(tiny_model_dir, device="cuda")
+    reranker = Reranker.from_dir(tiny_cuda_model_dir, device="cuda")
     info = reranker.device_info
     assert (info.device, info.provider, info.variant, info.precision) == (
         "cuda", "CUDAExecutionProvider", "fp16", "fp16")
     # cuDNN's attention (a new plan for every shape) is left out, and TF32 is off
     options = reranker._runner.session.get_provider_options()["CUDAExecutionProvider"]
     assert {key: options[key] for key in CUDA_PROVIDER_OPTIONS} == CUDA_PROVIDER_OPTIONS
+    runs.clear()  # the load's batch check ran through it too
     scores = reranker.score(PAIRS)
     expected = torch_reference(tiny_checkpoint_dir, PAIRS, reranker.config.max_length)
     assert scores.dtype == np.float32
@@ -58,17 +59,17 @@ def test_cuda_runs_fp16_with_io_binding_and_matches_pytorch(
     assert sum(runs) == len(PAIRS)  # every row went through IO binding
 
 
-def test_cuda_fp32_matches_the_cpu(tiny_model_dir: Path) -> None:
-    on_cuda = Reranker.from_dir(tiny_model_dir, device="cuda", precision="fp32")
-    on_cpu = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+def test_cuda_fp32_matches_the_cpu(tiny_cuda_model_dir: Path) -> None:
+    on_cuda = Reranker.from_dir(tiny_cuda_model_dir, device="cuda", precision="fp32")
+    on_cpu = Reranker.from_dir(tiny_cuda_model_dir, device="cpu", backend="onnxruntime",
                                precision="fp32")
     assert on_cuda.device_info.provider == "CUDAExecutionProvider"
     np.testing.assert_allclose(on_cuda.score(PAIRS), on_cpu.score(PAIRS),
                                atol=CUDA_FP32_MAX_ABS_DIFF, rtol=0)
 
 
-def test_auto_device_chooses_cuda(tiny_model_dir: Path) -> None:
-    reranker = Reranker.from_dir(tiny_model_dir, device="auto")
+def test_auto_device_chooses_cuda(tiny_cuda_model_dir: Path) -> None:
+    reranker = Reranker.from_dir(tiny_cuda_model_dir, device="auto")
     assert reranker.device_info.device == "cuda"
     ranked = reranker.rerank(QUERY, DOCUMENTS)
     assert sorted(document.index for document in ranked) == list(range(len(DOCUMENTS)))

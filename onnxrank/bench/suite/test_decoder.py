@@ -49,9 +49,11 @@ from onnxrank.bench.workloads import (
 from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.reranker import Reranker, planned_feeds
+from onnxrank.engine.spec import load_model_spec
 
 SCENARIO = "decoder"
-# The model directory name under --models-dir (the export command above writes it).
+# The model directory name under --models-dir (the export command above writes it), measured
+# unless the run's --model names another decoder reranker.
 DECODER_MODEL = "qwen3-0.6b-random-reranker"
 CANDIDATES = (20, 50)
 REGIMES = ("short", "mixed")
@@ -141,11 +143,15 @@ def _plan_tokens(engine: Reranker, whole_rows: Reranker | None,
 
 
 def _decoder_dir(bench: BenchRun) -> Path:
-    directory = bench.models_dir / DECODER_MODEL
-    if not (directory / "manifest.json").is_file():
-        pytest.skip(f"no {DECODER_MODEL} in {bench.models_dir}: build and export it first "
-                    "(the commands are in onnxrank/bench/suite/test_decoder.py's docstring)")
-    return directory
+    """The run's --model when it names a decoder reranker (a directory, or a name under
+    --models-dir), else DECODER_MODEL under --models-dir."""
+    named = Path(bench.model_name)
+    for directory in (named, bench.models_dir / named, bench.models_dir / DECODER_MODEL):
+        if (directory / "manifest.json").is_file() and load_model_spec(directory).recipe is not None:
+            return directory
+    pytest.skip(f"--model {bench.model_name} is not a decoder reranker and there is no "
+                f"{DECODER_MODEL} in {bench.models_dir}: build and export it first (the commands "
+                "are in onnxrank/bench/suite/test_decoder.py's docstring)")
 
 
 @pytest.mark.parametrize("candidates", CANDIDATES)
