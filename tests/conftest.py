@@ -30,8 +30,6 @@ from built_once import built_once
 from child_process import in_child_process
 
 TINY_VALIDATION_PAIRS = 48
-# what the CUDA provider runs of an encoder (int8 and ov_int8 are CPU-only)
-CUDA_VARIANTS = ("fp32", "opt", "fp16")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -73,12 +71,16 @@ def tiny_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathF
 def tiny_cuda_model_dir(tiny_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`tiny_checkpoint_dir` exported with the variants CUDA runs (fp32, opt, fp16), for the
     gpu-marked tests: a GPU machine need not carry OpenVINO for int8 it never runs."""
+    from onnxrank.engine.backends.onnxruntime import OnnxruntimeBackend
     from onnxrank.export.pipeline import ExportRequest, export_model
+    from onnxrank.types import Device
 
+    variants = tuple(OnnxruntimeBackend.variants[precision]
+                     for precision in OnnxruntimeBackend.preference[Device.CUDA])
     return built_once(tmp_path_factory, "tiny-models/tiny-cuda-reranker",
                       lambda out_dir: in_child_process(
                           export_model, ExportRequest(model=str(tiny_checkpoint_dir),
-                                                      out_dir=out_dir, variants=CUDA_VARIANTS,
+                                                      out_dir=out_dir, variants=variants,
                                                       validation_pairs=TINY_VALIDATION_PAIRS)))
 
 
