@@ -20,11 +20,8 @@ pytestmark = pytest.mark.costly(15)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_decoder_scenario_records_its_own_model_without_the_runs_model(
-        decoder_model_dir: Path, tmp_path: Path) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / DECODER_MODEL).symlink_to(decoder_model_dir)
+def _run_scenario(tmp_path: Path, models: Path, *options: str) -> Path:
+    """The decoder scenario's quick short/20 run in its own pytest process; its --bench-out."""
     out = tmp_path / "out"
     out.mkdir()  # as `onnxrank bench` does before the suite runs
     suite = REPO / "onnxrank" / "bench" / "suite"
@@ -33,10 +30,19 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
          str(suite / "pytest.ini"), f"--rootdir={suite}", str(suite / "test_decoder.py"),
          "--bench-quick", f"--bench-models-dir={models}", "--bench-device=cpu",
          "--bench-regimes=short", "--bench-threads=1", f"--bench-out={out}",
-         f"--benchmark-json={out / 'pytest-benchmark.json'}", "-k", "20"],
+         f"--benchmark-json={out / 'pytest-benchmark.json'}", "-k", "20", *options],
         cwd=tmp_path, env=bench_outside_xdist.environment(), capture_output=True, text=True,
         timeout=600, check=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return out
+
+
+def test_decoder_scenario_records_its_own_model_without_the_runs_model(
+        decoder_model_dir: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / DECODER_MODEL).symlink_to(decoder_model_dir)
+    out = _run_scenario(tmp_path, models)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["model"]["label"] == (
         "minilm-standin: not loaded (no scenario of this run measured it)")
@@ -79,3 +85,16 @@ def test_the_scenario_measures_the_runs_model_when_it_is_a_decoder(
         _decoder_dir(run)  # type: ignore[arg-type]
     (empty / DECODER_MODEL).symlink_to(decoder_model_dir)
     assert _decoder_dir(run) == empty / DECODER_MODEL  # type: ignore[arg-type]
+
+
+def test_the_report_names_the_runs_model_when_the_decoder_scenario_measured_it(
+        decoder_model_dir: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "models"
+    empty.mkdir()
+    out = _run_scenario(tmp_path, empty, f"--bench-model={decoder_model_dir}")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["model"]["label"] == (
+        f"{load_model_spec(decoder_model_dir).name}: NOT relevance-trained, its scores are NOT "
+        "relevance scores (speed measurements only)")
+    (result,) = summary["results"]
+    assert (result["scenario"], result["regime"]) == ("decoder", "short/20")

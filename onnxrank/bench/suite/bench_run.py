@@ -196,6 +196,8 @@ class BenchRun:
         self._machine: dict[str, Any] | None = None
         self._cpu: CpuFacts | None = None
         self._reference_engine: Reranker | None = None
+        # the run's --model as a scenario that loads it itself measured it (the decoder scenario)
+        self._measured_spec: ModelSpec | None = None
         self._flops: ModelFlops | str | None = None
 
     # --- lazily computed, once per session ----------------------------------------------------
@@ -216,9 +218,16 @@ class BenchRun:
     @property
     def model_label(self) -> str:
         """The run's model for the report; it is loaded only by the scenarios that measure it."""
-        if self._reference_engine is None:
+        spec = (self._reference_engine.spec if self._reference_engine is not None
+                else self._measured_spec)
+        if spec is None:
             return f"{self.model_name}: not loaded (no scenario of this run measured it)"
-        return _model_label(self._reference_engine.spec)
+        return _model_label(spec)
+
+    def record_model(self, spec: ModelSpec) -> None:
+        """A scenario that loaded the run's --model itself (the decoder scenario, when --model
+        is a decoder reranker) names it for the report."""
+        self._measured_spec = spec
 
     @property
     def calibration_ms(self) -> float:

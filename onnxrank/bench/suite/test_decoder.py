@@ -142,11 +142,15 @@ def _plan_tokens(engine: Reranker, whole_rows: Reranker | None,
     return tokens
 
 
+def _named_dirs(bench: BenchRun) -> tuple[Path, Path]:
+    """Where the run's --model may be: a directory, or a name under --models-dir."""
+    return Path(bench.model_name), bench.models_dir / bench.model_name
+
+
 def _decoder_dir(bench: BenchRun) -> Path:
-    """The run's --model when it names a decoder reranker (a directory, or a name under
-    --models-dir), else DECODER_MODEL under --models-dir."""
-    named = Path(bench.model_name)
-    for directory in (named, bench.models_dir / named, bench.models_dir / DECODER_MODEL):
+    """The run's --model when it names a decoder reranker (`_named_dirs`), else DECODER_MODEL
+    under --models-dir."""
+    for directory in (*_named_dirs(bench), bench.models_dir / DECODER_MODEL):
         if (directory / "manifest.json").is_file() and load_model_spec(directory).recipe is not None:
             return directory
     pytest.skip(f"--model {bench.model_name} is not a decoder reranker and there is no "
@@ -163,6 +167,8 @@ def test_decoder(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     bench.require_device(SCENARIO, label, device)
     model_dir = _decoder_dir(bench)
     engine = Reranker.from_dir(model_dir, bench.engine_config(device))
+    if model_dir in _named_dirs(bench):
+        bench.record_model(engine.spec)
     if engine.spec.recipe is None:
         bench.skip_scenario(SCENARIO, label, device,
                             f"{model_dir} is not a decoder reranker (no prompt recipe)")
