@@ -32,8 +32,7 @@ from nncf.quantization.advanced_parameters import (
 )
 
 from onnxrank.engine.execution import batch_feeds
-from onnxrank.engine.inputs import check_pairs
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import Reranker, planned_batches
 from onnxrank.export.fidelity import FidelityThresholds, score_metrics
 from onnxrank.export.quantize_openvino import compress_int8_weights
 from onnxrank.export.validate import load_validation_pairs
@@ -74,9 +73,7 @@ def main() -> None:
     pairs = load_validation_pairs(args.pairs)
     engine = Reranker.from_dir(args.model_dir, backend="onnxruntime", precision="fp32",
                                prefix_reuse=False)
-    checked = check_pairs([(pair.query, pair.passage) for pair in pairs])
-    rows = engine._encode(checked, engine._instruction(None))
-    plan = engine._pair_plan(rows, checked, sort_by_length=True)
+    plan = planned_batches(engine, [(pair.query, pair.passage) for pair in pairs])
     feeds = [batch_feeds(plan, batch) for batch in plan.batches]
     groups = [pairs[int(row)].query for batch in plan.batches for row in batch.rows]
 

@@ -35,7 +35,7 @@ from scipy.stats import spearmanr
 
 from onnxrank.engine.backends.openvino import OpenvinoBackend, cpu_capabilities
 from onnxrank.engine.execution import batch_feeds
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import Reranker, planned_batches
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.decoder_standin import build_decoder_checkpoint
 from onnxrank.export.direct_openvino import DIRECT_VARIANT, convert_compressed
@@ -74,8 +74,7 @@ def _plan(reranker: Reranker,
           pairs: list[tuple[str, str]]) -> tuple[list[dict], np.ndarray, int]:
     """The feeds of `reranker.score(pairs)`'s batches, the row each output belongs to and the
     tokens the batches run (Batch.tokens)."""
-    rows = reranker._encode(pairs, reranker._instruction(None))
-    plan = reranker._pair_plan(rows, pairs, sort_by_length=True)
+    plan = planned_batches(reranker, pairs)
     order = np.concatenate([batch.rows for batch in plan.batches])
     return ([batch_feeds(plan, batch) for batch in plan.batches], order,
             sum(batch.tokens for batch in plan.batches))

@@ -50,7 +50,7 @@ from onnxrank.engine.backends.openvino import OpenvinoRunner, compile_config
 from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
 from onnxrank.engine.execution import RowPlan, batch_feeds
 from onnxrank.engine.prefix import PREFIX_INPUT, plan_prefix_batches
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import Reranker, planned_batches
 from onnxrank.export.families.decoder import (
     SCORE_HEAD,
     _primed_cache,
@@ -185,12 +185,11 @@ def main() -> None:
     tokens: dict[str, int] = {}
     for request in requests:
         pairs = [(request.query, document) for document in request.documents]
-        rows = reuse._encode(pairs, reuse._instruction(None))
-        by_way = {
-            "whole rows": whole._pair_plan(rows, pairs, sort_by_length=True),
-            "prefix per batch": reuse._pair_plan(rows, pairs, sort_by_length=True),
-            "cache per query, own plan": RowPlan(rows, plan_prefix_batches(
-                rows, [pairs[row.item_index][0] for row in rows], own_plan), reuse.spec.pad_token_id)}
+        by_way = {"whole rows": planned_batches(whole, pairs),
+                  "prefix per batch": planned_batches(reuse, pairs)}
+        rows = by_way["prefix per batch"].rows
+        by_way["cache per query, own plan"] = RowPlan(rows, plan_prefix_batches(
+            rows, [pairs[row.item_index][0] for row in rows], own_plan), reuse.spec.pad_token_id)
         by_way["cache per query"] = by_way["prefix per batch"]
         plans.append({})
         for way, plan in by_way.items():

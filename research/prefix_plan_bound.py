@@ -29,7 +29,7 @@ from onnxrank.bench.workloads import (
 from onnxrank.engine.backends.openvino import OpenvinoRunner
 from onnxrank.engine.batching import plan_batches
 from onnxrank.engine.prefix import shared_prefix_length
-from onnxrank.engine.reranker import Reranker
+from onnxrank.engine.reranker import Reranker, planned_batches
 
 QUERIES = 6  # the bench's decoder scenario's requests per comparison
 OPTIONS = {"backend": "openvino", "precision": "int8+bf16", "threads": 2}
@@ -49,9 +49,9 @@ def main() -> None:
         for number, request in enumerate(workload.requests):
             pairs = [(request.query, document) for document in request.documents]
             reuse = engines["prefix once per batch"]
-            rows = reuse._encode(pairs, reuse._instruction(None))  # the same rows for both
-            plans = {name: engine._pair_plan(rows, pairs, sort_by_length=True).batches
-                     for name, engine in engines.items()}
+            row_plans = {name: planned_batches(engine, pairs) for name, engine in engines.items()}
+            plans = {name: plan.batches for name, plan in row_plans.items()}
+            rows = row_plans["prefix once per batch"].rows  # the rows of either plan
             prefix = shared_prefix_length(rows)
             plans["prefix once per query"] = plan_batches(
                 [len(row.ids) - prefix for row in rows],

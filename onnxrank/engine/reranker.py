@@ -380,15 +380,25 @@ class Reranker(EngineModel[Pair]):
         return "|".join(str(setting) for setting in settings)
 
 
-def planned_feeds(reranker: Reranker, pairs: Sequence[Pair]) -> list[dict[str, np.ndarray]]:
-    """The padded batches `reranker.score(pairs)` runs, in its order, as runtime feeds.
+def planned_batches(reranker: Reranker, pairs: Sequence[Pair]) -> RowPlan:
+    """The rows `reranker.score(pairs)` encodes and the batches it cuts them into, in its order
+    (each row's ``item_index`` indexes `pairs`; Batch.tokens counts what a batch runs).
 
     Raises:
         TypeError, ValueError: As for `Reranker.score`.
     """
     checked = check_pairs(pairs)
     rows = reranker._encode(checked, reranker._instruction(None))
-    plan = reranker._pair_plan(rows, checked, sort_by_length=reranker.config.sort_by_length)
+    return reranker._pair_plan(rows, checked, sort_by_length=reranker.config.sort_by_length)
+
+
+def planned_feeds(reranker: Reranker, pairs: Sequence[Pair]) -> list[dict[str, np.ndarray]]:
+    """The padded batches `reranker.score(pairs)` runs, in its order, as runtime feeds.
+
+    Raises:
+        TypeError, ValueError: As for `Reranker.score`.
+    """
+    plan = planned_batches(reranker, pairs)
     return [batch_feeds(plan, batch) for batch in plan.batches]
 
 

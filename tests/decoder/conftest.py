@@ -23,6 +23,17 @@ MAX_LENGTH = 320
 VALIDATION_PAIRS = "48"
 
 
+def _export(checkpoint: Path, recipe: str, out: Path, *options: str) -> None:
+    """`onnxrank export` of a tiny checkpoint with `recipe` into `out`, in a child process
+    (whose memory goes back when it ends), with the suite's length and validation pairs."""
+    from onnxrank.cli import main
+
+    code = in_child_process(main, ["export", "--model", str(checkpoint), "--recipe", recipe,
+                                   "--out", str(out), "--max-length", str(MAX_LENGTH),
+                                   "--validation-pairs", VALIDATION_PAIRS, "--quiet", *options])
+    assert code == 0, f"the {recipe} export of {checkpoint} failed (see the captured stderr)"
+
+
 @pytest.fixture(scope="session")
 def decoder_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from onnxrank.export.decoder_standin import build_decoder_checkpoint
@@ -35,16 +46,8 @@ def decoder_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def decoder_model_dir(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`onnxrank export --model DIR --recipe qwen3-reranker --out OUT`, as a user runs it."""
-    from onnxrank.cli import main
-
-    def export(out: Path) -> None:
-        code = in_child_process(main, ["export", "--model", str(decoder_checkpoint), "--recipe",
-                                       "qwen3-reranker", "--out", str(out), "--max-length",
-                                       str(MAX_LENGTH), "--validation-pairs", VALIDATION_PAIRS,
-                                       "--quiet"])
-        assert code == 0, "the decoder export failed (see the captured stderr)"
-
-    return built_once(tmp_path_factory, "models/qwen3-tiny-reranker", export)
+    return built_once(tmp_path_factory, "models/qwen3-tiny-reranker",
+                      lambda out: _export(decoder_checkpoint, "qwen3-reranker", out))
 
 
 @pytest.fixture(scope="session")
@@ -94,19 +97,10 @@ def recipe_checkpoint(recipe_name: str, request: pytest.FixtureRequest,
 def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`onnxrank export --model DIR --recipe NAME --variants ...`, once per recipe."""
-    from onnxrank.cli import main
-
     if RECIPE_MODELS[recipe_name] is None:
         return Path(request.getfixturevalue("decoder_model_dir"))
-
-    def export(out: Path) -> None:
-        code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
-                                       recipe_name, "--out", str(out), "--max-length",
-                                       str(MAX_LENGTH), "--variants", RECIPE_VARIANTS,
-                                       "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
-        assert code == 0, f"the {recipe_name} export failed (see the captured stderr)"
-
-    return built_once(tmp_path_factory, f"models/{recipe_name}", export)
+    return built_once(tmp_path_factory, f"models/{recipe_name}", lambda out: _export(
+        recipe_checkpoint, recipe_name, out, "--variants", RECIPE_VARIANTS))
 
 
 @pytest.fixture(scope="session")
@@ -114,16 +108,8 @@ def recipe_cuda_dir(recipe_name: str, recipe_checkpoint: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recipe's checkpoint exported with the fp32 variant alone, what a decoder runs on CUDA
     (its int8 variants are CPU-only); used by the gpu-marked tests."""
-    from onnxrank.cli import main
-
-    def export(out: Path) -> None:
-        code = in_child_process(main, ["export", "--model", str(recipe_checkpoint), "--recipe",
-                                       recipe_name, "--out", str(out), "--max-length",
-                                       str(MAX_LENGTH), "--variants", "fp32",
-                                       "--validation-pairs", VALIDATION_PAIRS, "--quiet"])
-        assert code == 0, f"the {recipe_name} fp32 export failed (see the captured stderr)"
-
-    return built_once(tmp_path_factory, f"models/{recipe_name}-fp32", export)
+    return built_once(tmp_path_factory, f"models/{recipe_name}-fp32", lambda out: _export(
+        recipe_checkpoint, recipe_name, out, "--variants", "fp32"))
 
 
 @pytest.fixture(scope="session")

@@ -14,23 +14,16 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from test_decoder_prefix import prefix_pairs
 
 from onnxrank.engine.backends.onnxruntime import OnnxruntimeRunner
 from onnxrank.engine.reranker import Reranker
-from onnxrank.export.validate import load_validation_pairs
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
                        reason="needs onnxruntime-gpu and a GPU"),
 ]
-
-LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)
-
-
-def _pairs() -> list[tuple[str, str]]:
-    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(16)]
-    return pairs + [("wing flutter", LONG), ("flutter", "")]
 
 
 def test_prefix_reuse_on_cuda_equals_whole_rows_and_the_model_card(
@@ -51,7 +44,7 @@ def test_prefix_reuse_on_cuda_equals_whole_rows_and_the_model_card(
         assert (info.device, info.provider, info.precision) == (
             "cuda", "CUDAExecutionProvider", "fp32")
     assert reused.uses_prefix_graph and not whole.uses_prefix_graph
-    pairs = _pairs()
+    pairs = prefix_pairs()
     runs.clear()
     with_prefix = reused.score(pairs)
     prefix_runs = len(runs)
@@ -64,7 +57,7 @@ def test_prefix_reuse_on_cuda_equals_whole_rows_and_the_model_card(
 
 def test_a_rows_score_on_cuda_does_not_depend_on_its_batch_mates(recipe_cuda_dir: Path) -> None:
     reranker = Reranker.from_dir(recipe_cuda_dir, device="cuda")
-    pairs = _pairs()[:8]
+    pairs = prefix_pairs()[:8]
     together = reranker.score(pairs)
     alone = np.array([reranker.score([pair])[0] for pair in pairs])
     assert np.abs(together - alone).max() <= 1e-4 * together.std()

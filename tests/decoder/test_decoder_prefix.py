@@ -13,7 +13,7 @@ import pytest
 
 from onnxrank.engine.batch_invariance import BATCH_DEPENDENCE_BOUND
 from onnxrank.engine.prefix import PREFIX_INPUT
-from onnxrank.engine.reranker import Reranker, planned_feeds
+from onnxrank.engine.reranker import Reranker, planned_batches, planned_feeds
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.validate import load_validation_pairs
@@ -31,7 +31,8 @@ def whole_rows(recipe_model_dir: Path) -> Reranker:
                              precision="fp32", threads=1, prefix_reuse=False)
 
 
-def _pairs() -> list[tuple[str, str]]:
+def prefix_pairs() -> list[tuple[str, str]]:
+    """Validation pairs, a document longer than the tiny decoders' rows and an empty one."""
     pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(16)]
     return pairs + [("wing flutter", LONG), ("flutter", "")]
 
@@ -60,7 +61,7 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
     reused = Reranker.from_dir(recipe_model_dir, **options)
     whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options)
     assert reused.uses_prefix_graph and not whole.uses_prefix_graph
-    pairs = _pairs()
+    pairs = prefix_pairs()
     expected = whole.score(pairs)
     assert np.abs(reused.score(pairs) - expected).max() <= 1e-4 * expected.std()
 
@@ -68,7 +69,7 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
 def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
         recipe_name: str, recipe_fp32: Reranker, whole_rows: Reranker, recipe_card: Any) -> None:
     assert recipe_fp32.uses_prefix_graph and not whole_rows.uses_prefix_graph
-    pairs = _pairs()
+    pairs = prefix_pairs()
     reused, whole = recipe_fp32.score(pairs), whole_rows.score(pairs)
     assert np.abs(reused - whole).max() <= 1e-4 * whole.std(), f"{recipe_name}: {reused} vs {whole}"
     expected = recipe_card.score(pairs)
@@ -76,7 +77,7 @@ def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
 
 
 def test_a_rows_score_does_not_depend_on_its_batch_mates(recipe_fp32: Reranker) -> None:
-    pairs = _pairs()[:6] + [(QUERY, "wings"), ("boundary layer", "a flat plate")]
+    pairs = prefix_pairs()[:6] + [(QUERY, "wings"), ("boundary layer", "a flat plate")]
     together = recipe_fp32.score(pairs)
     alone = np.array([recipe_fp32.score([pair])[0] for pair in pairs])
     assert np.abs(alone - together).max() <= 1e-5 * max(1.0, float(np.abs(together).max()))
@@ -87,7 +88,7 @@ def test_the_defaults_scores_do_not_depend_on_their_batch_mates(recipe_model_dir
     prefix is its prompt head whether a row runs alone or with others, and batches are padded
     to the load's measured multiple."""
     default = Reranker.from_dir(recipe_model_dir, device="cpu")
-    pairs = _pairs()[:6] + [(QUERY, "wings"), (QUERY, "the wings of a swept aircraft fluttered")]
+    pairs = prefix_pairs()[:6] + [(QUERY, "wings"), (QUERY, "the wings of a swept aircraft fluttered")]
     together = default.score(pairs)
     alone = np.array([default.score([pair])[0] for pair in pairs])
     assert np.abs(alone - together).max() <= BATCH_DEPENDENCE_BOUND * together.std()
@@ -118,7 +119,7 @@ def test_rerank_many_runs_each_querys_prefix_once_per_batch(recipe_fp32: Reranke
         assert np.allclose([r.score for r in left], [r.score for r in right], atol=1e-6)
     pairs = [(query, document) for query, documents in requests for document in documents]
     feeds = planned_feeds(recipe_fp32, pairs)
-    rows = recipe_fp32._encode(pairs, recipe_fp32._instruction(None))
+    rows = planned_batches(recipe_fp32, pairs).rows
     # every batch holds one query's rows, fed its prefix once and each row's tokens past it
     rows_per_prefix: dict[tuple[int, ...], list[int]] = {}
     for feed in feeds:
@@ -161,7 +162,7 @@ def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
         f"{recipe_name}: {info.backend}/{info.precision}"
     whole = Reranker.from_dir(recipe_model_dir, device="cpu", backend=info.backend,
                               precision=info.precision, prefix_reuse=False)
-    pairs = _pairs()
+    pairs = prefix_pairs()
     expected = whole.score(pairs)
     # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
     assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()

@@ -15,7 +15,7 @@ import pytest
 from onnxrank import RankedDocument, Reranker
 from onnxrank.engine.batch_invariance import PAD_MULTIPLES
 from onnxrank.engine.ranking import fallback_ranking
-from onnxrank.engine.reranker import inference_only
+from onnxrank.engine.reranker import inference_only, planned_batches, planned_feeds
 from onnxrank.errors import InferenceError
 
 pytestmark = pytest.mark.costly(20)
@@ -475,3 +475,20 @@ def test_inference_only_runs_the_batches_score_runs(tiny_model_dir: Path, backen
         assert expected.keys() == got.keys()
         for name in expected:
             np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_planned_batches_are_the_batches_score_runs(tiny_model_dir: Path) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, device="cpu", backend="onnxruntime",
+                                 precision="fp32", max_batch_tokens=512, max_batch_size=3)
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    plan = planned_batches(reranker, pairs)
+    assert [(len(batch.rows), batch.padded_length) for batch in plan.batches] == \
+        reranker.score_detailed(pairs).batches
+    # every encoded row runs once, and a batch's tokens are its padded feed's
+    assert sorted(int(row) for batch in plan.batches for row in batch.rows) == \
+        list(range(len(plan.rows)))
+    assert {row.item_index for row in plan.rows} == set(range(len(pairs)))
+    assert [batch.tokens for batch in plan.batches] == [
+        feeds["input_ids"].size for feeds in planned_feeds(reranker, pairs)]
+    with pytest.raises(TypeError, match=r"pairs\[1\] must be a \(query, document\) tuple"):
+        planned_batches(reranker, [(QUERY, "wings"), (QUERY, 3)])

@@ -46,9 +46,8 @@ from onnxrank.bench.workloads import (
     build_workload,
     load_dataset,
 )
-from onnxrank.engine.prefix import PREFIX_INPUT
 from onnxrank.engine.recipe import PromptRecipe
-from onnxrank.engine.reranker import Reranker, planned_feeds
+from onnxrank.engine.reranker import Reranker, planned_batches
 from onnxrank.engine.spec import load_model_spec
 
 SCENARIO = "decoder"
@@ -128,12 +127,14 @@ def _plan_tokens(engine: Reranker, whole_rows: Reranker | None,
     for request in requests:
         pairs = [(request.query, document) for document in request.documents]
         for name, reranker in (("engine", engine), ("engine_no_prefix", whole_rows)):
-            for feed in planned_feeds(reranker, pairs) if reranker is not None else ():
-                shared = feed[PREFIX_INPUT].shape[1] if PREFIX_INPUT in feed else 0
-                padded[name] += feed["input_ids"].size + shared
+            if reranker is None:
+                continue
+            plan = planned_batches(reranker, pairs)
+            for batch in plan.batches:
+                padded[name] += batch.tokens
                 if name == "engine":
-                    own += feed["attention_mask"].sum(axis=1).tolist()
-                    prefix += [shared] * len(feed["input_ids"])
+                    own += [len(plan.rows[row].ids) - batch.prefix_length for row in batch.rows]
+                    prefix += [batch.prefix_length] * len(batch.rows)
     tokens: dict[str, object] = {"prefix_tokens_per_row": float(np.mean(prefix)),
                                  "own_tokens_per_row": float(np.mean(own))}
     if whole_rows is not None:
