@@ -1,17 +1,15 @@
 """How much prefix reuse can gain on the bench's decoder requests, from the planned batches alone.
 
 A research script, not part of the package. Every padded token of a decoder's batch costs about
-the same (docs/engine.md, "Where the time goes"), so the whole rows' padded tokens over the
-prefix plan's bound what reuse can gain on a workload. This script plans (no model runs) the
-bench's requests of one regime (its dataset, seed and lengths) both ways with the engine's own
-planner, and a third way the engine does not run: the query's prefix run once per query and
-carried across its batches (a graph that returns the prefix's keys and values), each batch charged
-only the runtime's per-run cost. Run from the repository root on an exported decoder::
+the same, so the whole rows' padded tokens over the prefix plan's (each query's prefix counted
+once, Batch.tokens) bound what reuse can gain on a workload. This script plans (no model runs)
+the bench's requests of one regime (its dataset, seed and lengths) both ways with the engine's
+own planner. Run from the repository root on an exported decoder::
 
     python research/prefix_plan_bound.py models/qwen3-0.6b-random-reranker short 50
 
 It prints each plan's batches for the first request, the padded tokens over all requests, and
-the bounds, at padding multiples of 16 (what the batch check measured on avx512_vnni_bf16) and 8.
+the bound, at padding multiples of 16 (what the batch check measured on avx512_vnni_bf16) and 8.
 """
 
 from __future__ import annotations
@@ -26,9 +24,6 @@ from onnxrank.bench.workloads import (
     load_dataset,
     parse_regimes,
 )
-from onnxrank.engine.backends.openvino import OpenvinoRunner
-from onnxrank.engine.batching import plan_batches
-from onnxrank.engine.prefix import shared_prefix_length
 from onnxrank.engine.reranker import Reranker, planned_batches
 
 QUERIES = 6  # the bench's decoder scenario's requests per comparison
@@ -39,39 +34,28 @@ def main() -> None:
     model, regime_name, candidates = sys.argv[1], sys.argv[2], int(sys.argv[3])
     regime = parse_regimes(regime_name)[0]
     for multiple in (16, 8):
-        engines = {name: Reranker.from_dir(model, prefix_reuse=name == "prefix once per batch",
+        engines = {name: Reranker.from_dir(model, prefix_reuse=name == "prefix reuse",
                                            pad_to_multiple=multiple, **OPTIONS)
-                   for name in ("whole rows", "prefix once per batch")}
+                   for name in ("whole rows", "prefix reuse")}
         source = PassageSource(load_dataset(DEFAULT_DATASET), engines["whole rows"].tokenizer)
         workload = build_workload(source, regime, queries=QUERIES, candidates=candidates,
                                   seed=DEFAULT_SEED)
-        padded = dict.fromkeys([*engines, "prefix once per query"], 0)
+        padded = dict.fromkeys(engines, 0)
         for number, request in enumerate(workload.requests):
             pairs = [(request.query, document) for document in request.documents]
-            reuse = engines["prefix once per batch"]
-            row_plans = {name: planned_batches(engine, pairs) for name, engine in engines.items()}
-            plans = {name: plan.batches for name, plan in row_plans.items()}
-            rows = row_plans["prefix once per batch"].rows  # the rows of either plan
-            prefix = shared_prefix_length(rows)
-            plans["prefix once per query"] = plan_batches(
-                [len(row.ids) - prefix for row in rows],
-                max_batch_tokens=reuse.config.max_batch_tokens - prefix,
-                max_batch_size=reuse.config.max_batch_size, pad_to_multiple=multiple,
-                batch_overhead_tokens=OpenvinoRunner.cpu_run_overhead_tokens)
+            plans = {name: planned_batches(engine, pairs).batches
+                     for name, engine in engines.items()}
             for name, plan in plans.items():
                 padded[name] += sum(batch.tokens for batch in plan)
-            padded["prefix once per query"] += prefix
             if number == 0:
                 for name, plan in plans.items():
                     shapes = [(len(batch.rows), batch.padded_length, batch.prefix_length)
                               for batch in plan]
                     print(f"multiple {multiple}, {name}: batches (rows, padded length, prefix) "
                           f"{shapes}")
-        whole = padded["whole rows"]
         print(f"multiple {multiple}, {QUERIES} requests of {candidates} {regime.name}: padded "
-              "tokens " + ", ".join(f"{name} {tokens}" for name, tokens in padded.items())
-              + "; bounds " + ", ".join(f"{name} {whole / tokens:.3f}x"
-                                        for name, tokens in padded.items() if tokens != whole))
+              f"tokens whole rows {padded['whole rows']}, prefix reuse {padded['prefix reuse']}; "
+              f"bound {padded['whole rows'] / padded['prefix reuse']:.3f}x")
 
 
 if __name__ == "__main__":

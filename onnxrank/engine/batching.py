@@ -18,18 +18,20 @@ class Batch:
     """Rows to run together, padded to `padded_length` tokens.
 
     With `prefix_length` > 0 the rows share their first `prefix_length` tokens, which run once
-    (onnxrank.engine.prefix); `padded_length` then counts the tokens past them.
+    per query (onnxrank.engine.prefix), in the query's first batch (`runs_prefix`);
+    `padded_length` then counts the tokens past them.
     """
 
     rows: NDArray[np.intp]  # indices into the encoded rows
     padded_length: int
     prefix_length: int = 0
+    runs_prefix: bool = False
 
     @property
     def tokens(self) -> int:
         """The tokens the batch runs: every row padded to `padded_length`, and the shared prefix
-        once."""
-        return len(self.rows) * self.padded_length + self.prefix_length
+        where this batch computes it."""
+        return len(self.rows) * self.padded_length + self.prefix_length * self.runs_prefix
 
 
 # What batches are padded to a multiple of when neither the settings nor the runner's batch check

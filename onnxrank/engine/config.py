@@ -85,7 +85,7 @@ class EngineConfig:
         kind=str, optional=True))
     prefix_reuse: bool = field(default=True, metadata=_option(
         "decoder rerankers: run the prompt head a query's rows share (recipe prefix, instruction, "
-        "query) once per batch through the export's prefix graph, when the variant that runs has "
+        "query) once per query through the export's prefix graph, when the variant that runs has "
         "one that passed its gate (the manifest's prefix_graphs); off: every row runs whole, "
         "the reference path", kind=bool))
     cache_size: int = field(default=0, metadata=_option(

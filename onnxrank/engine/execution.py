@@ -2,9 +2,10 @@
 
 Every path that runs rows goes through `run_plan` (the reranker, the embedder, export
 validation): it pads each batch with `pad_rows` (a batch with a shared prefix feeds it once, as
-``prefix_ids``: onnxrank.engine.prefix), runs it, refuses non-finite outputs with one
-InferenceError, and yields each batch's outputs so that the caller scatters them to input order
-(`run_in_order` does that for one row per input; the reranker keeps each pair's best window).
+``prefix_ids``, which the prefix graph's run turns into its cache: onnxrank.engine.prefix), runs
+it, refuses non-finite outputs with one InferenceError, and yields each batch's outputs so that
+the caller scatters them to input order (`run_in_order` does that for one row per input; the
+reranker keeps each pair's best window).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ class Reranker(EngineModel[Pair]):
 
     @property
     def uses_prefix_graph(self) -> bool:
-        """Whether a query's shared prompt head runs once per batch (decoder rerankers only;
+        """Whether a query's shared prompt head runs once per query (decoder rerankers only;
         see DecoderReranker)."""
         return False
 
@@ -413,9 +413,9 @@ def inference_only(reranker: Reranker, pairs: Sequence[Pair]) -> Callable[[], No
         TypeError, ValueError: As for `Reranker.score`.
     """
     feeds = planned_feeds(reranker, pairs)
-    run = reranker._run
 
     def run_batches() -> None:
+        run = reranker._run  # one per call, as score's: a query's prefix cache is not carried over
         for feed in feeds:
             run(feed)
 
@@ -431,14 +431,14 @@ class DecoderReranker(Reranker):
 
     def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
                  encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
-        self._prefix_runner = open_prefix_graph(spec, model_dir, runner, config)
+        self._prefix_graph = open_prefix_graph(spec, model_dir, runner, config)
         super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
 
     @property
     def uses_prefix_graph(self) -> bool:
-        """Whether each query's shared prompt head runs once per batch: the prefix_reuse
+        """Whether each query's shared prompt head runs once per query: the prefix_reuse
         setting is on and the running variant has a prefix graph that passed its gate."""
-        return self._prefix_runner is not None
+        return self._prefix_graph is not None
 
     @classmethod
     def row_encoder(cls, tokenizer: Tokenizer, max_length: int,
@@ -462,8 +462,9 @@ class DecoderReranker(Reranker):
     def _pair_plan(self, rows: Sequence[EncodedRow], pairs: Sequence[Pair], *,
                    sort_by_length: bool) -> RowPlan:
         """With the prefix graph: batches of one query's rows each, planned over the tokens past
-        the query's shared prefix, which every batch runs once (charged like one more run)."""
-        if self._prefix_runner is None:
+        the query's shared prefix, which runs once per query (the batches' attention still
+        reads it: the budget leaves room for it)."""
+        if self._prefix_graph is None:
             return self._plan(rows, sort_by_length=sort_by_length)
         config = self.config
         charge = run_overhead_tokens(self._runner.info.device, config.max_batch_tokens,
@@ -474,18 +475,19 @@ class DecoderReranker(Reranker):
                                 max_batch_size=config.max_batch_size,
                                 sort_by_length=sort_by_length,
                                 pad_to_multiple=self.padding_multiple,
-                                batch_overhead_tokens=charge + prefix)
+                                batch_overhead_tokens=charge)
 
         batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)
         return RowPlan(rows, batches, self.spec.pad_token_id)
 
     @property
     def _run(self) -> Callable[[Feeds], np.ndarray]:
-        """What runs one planned batch: with the prefix graph, a batch with a shared prefix
-        through it and any other whole (onnxrank.engine.prefix.run_with_prefix)."""
-        if self._prefix_runner is None:
+        """What runs the batches of one plan: with the prefix graph, a batch with a shared prefix
+        through it (each query's cache computed once) and any other whole
+        (onnxrank.engine.prefix.run_with_prefix)."""
+        if self._prefix_graph is None:
             return self._runner.run
-        return run_with_prefix(self._prefix_runner.run, self._runner.run)
+        return run_with_prefix(self._prefix_graph.plan_run(), self._runner.run)
 
 
 class _DeadlineGate:

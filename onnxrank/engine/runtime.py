@@ -40,6 +40,7 @@ from onnxrank.engine.batch_invariance import (
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
 from onnxrank.engine.first_use import export_once, exportable
+from onnxrank.engine.prefix import PrefixGraph
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.engine.tokenize import load_tokenizer
@@ -616,11 +617,12 @@ class _Opener:
 
 
 def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                      config: EngineConfig) -> ModelRunner | None:
+                      config: EngineConfig) -> PrefixGraph | None:
     """The prefix graph (onnxrank.engine.prefix) of the variant `runner` runs, opened the same
-    way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, or the
+    way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, the
     variant has no prefix graph that passed its gate at this precision (its own record for a
-    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule).
+    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule), or the graph is
+    one from before the prefix cache (logged: the whole rows serve until it is exported again).
 
     Raises:
         ModelLoadError: The prefix graph is missing, modified or cannot be loaded.
@@ -639,9 +641,14 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
     root = compile_cache_root(config)
     compile_cache = None if root is None else CompileCache(
         root, content_key=",".join([graph.sha256, *sorted(graph.extra_files.values())]))
-    return BACKENDS[info.backend].open(
+    opened = BACKENDS[info.backend].open(
         model_dir / graph.file, device=Device(info.device), precision=info.precision,
         variant=info.variant, threads=info.threads, compile_cache=compile_cache)
+    try:
+        return PrefixGraph(opened)
+    except ModelLoadError as err:
+        logger.warning("prefix reuse is off: %s", err)
+        return None
 
 
 def _backend(name: str) -> Backend:

@@ -13,7 +13,7 @@ import numpy as np
 
 from onnxrank.engine.batching import plan_batches
 from onnxrank.engine.execution import RowPlan, run_in_order
-from onnxrank.engine.prefix import plan_prefix_batches, run_with_prefix
+from onnxrank.engine.prefix import PrefixGraph, plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.variants import VARIANTS, RunAs
 from onnxrank.errors import ExportError, InferenceError, MissingDependencyError, ModelLoadError
@@ -232,7 +232,7 @@ def _prefix_outputs(context: ExportContext, variant: str, path: Path,
     and the prefix graph's runner."""
     backend, precision = run.backend, run.precision
     inputs = context.inputs
-    prefix_graph = open_model_file(path, backend=backend, precision=precision)
+    prefix_graph = PrefixGraph(open_model_file(path, backend=backend, precision=precision))
 
     def plan(lengths: list[int], prefix: int) -> list[Any]:
         # the validation batches' bound (onnxrank.export.validate.length_batches)
@@ -246,6 +246,6 @@ def _prefix_outputs(context: ExportContext, variant: str, path: Path,
     whole_graph = cache(partial(open_model_file, context.paths[variant],
                                           backend=backend, precision=precision))
     outputs = run_in_order(RowPlan(inputs.rows, batches, inputs.pad_id),
-                           run_with_prefix(prefix_graph.run,
+                           run_with_prefix(prefix_graph.plan_run(),
                                            lambda feeds: whole_graph().run(feeds)), finite=None)
-    return outputs, batches, prefix_graph
+    return outputs, batches, prefix_graph.runner

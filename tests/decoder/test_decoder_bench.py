@@ -54,7 +54,7 @@ def test_decoder_scenario_records_its_own_model_without_the_runs_model(
     workload = result["workload"]
     assert workload["prefix_tokens_per_row"] >= 0
     if "engine/engine_no_prefix" in result["ratios"]:
-        # each row's prompt head runs once per batch instead of once per row
+        # each query's prompt head runs once instead of once per row
         padded = workload["padded_tokens"]
         assert 0 < padded["engine"] < padded["engine_no_prefix"]
         assert workload["padded_token_bound"] == pytest.approx(

@@ -1,10 +1,14 @@
 """Prefix reuse on every built-in recipe's tiny export: the prefix graph passed its gate, its
 scores equal the whole-row graph's and the model card's, a row's score does not depend on its
-batch mates, long documents' windows and rerank_many reuse the prefix, and prefix_reuse=False
-runs the whole rows."""
+batch mates, each query's prefix cache is computed once, long documents' windows and
+rerank_many reuse the prefix, prefix_reuse=False runs the whole rows, and a prefix graph from
+before the cache leaves the whole rows serving."""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +16,9 @@ import numpy as np
 import pytest
 
 from onnxrank.engine.batch_invariance import BATCH_DEPENDENCE_BOUND
-from onnxrank.engine.prefix import PREFIX_INPUT
+from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT, PREFIX_INPUT
 from onnxrank.engine.reranker import Reranker, planned_batches, planned_feeds
-from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.spec import MANIFEST_NAME, load_model_spec, sha256_file
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.validate import load_validation_pairs
 
@@ -103,14 +107,14 @@ def test_long_documents_windows_reuse_the_prefix(recipe_model_dir: Path) -> None
     left, right = reused.score_detailed(pairs), whole.score_detailed(pairs)
     assert np.abs(left.scores - right.scores).max() <= 1e-4 * max(1e-3, float(right.scores.std()))
     assert left.spans == right.spans and left.spans[0] != (0, len(LONG))
-    # every window of a query's documents runs with that query's prefix, once per batch
+    # every window of a query's documents runs with that query's prefix
     feeds = planned_feeds(reused, pairs)
     assert all(PREFIX_INPUT in feed for feed in feeds)
     assert sum(len(feed["input_ids"]) for feed in feeds) == sum(row for row, _ in left.batches)
 
 
-def test_rerank_many_runs_each_querys_prefix_once_per_batch(recipe_fp32: Reranker,
-                                                            whole_rows: Reranker) -> None:
+def test_rerank_many_feeds_each_batch_its_querys_prefix(recipe_fp32: Reranker,
+                                                       whole_rows: Reranker) -> None:
     requests = [(QUERY, ["wings", "Boundary layer transition.", LONG[:200]]),
                 ("boundary layer", ["a flat plate", "wings"])]
     reused, whole = recipe_fp32.rerank_many(requests), whole_rows.rerank_many(requests)
@@ -131,6 +135,65 @@ def test_rerank_many_runs_each_querys_prefix_once_per_batch(recipe_fp32: Reranke
         own = rows[first:first + count]
         assert all(row.ids[:len(prefix)].tolist() == list(prefix) for row in own)
         assert sorted(lengths) == sorted(len(row.ids) for row in own)
+
+
+def test_each_querys_prefix_cache_is_computed_once_for_all_its_batches(
+        recipe_model_dir: Path, whole_rows: Reranker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One batch per row: the graph runs each query's prefix alone once (its cache), then every
+    batch of the query against that cache; the scores are the whole rows'."""
+    reranker = Reranker.from_dir(recipe_model_dir, device="cpu", backend="onnxruntime",
+                                 precision="fp32", threads=1, max_batch_size=1)
+    graph = reranker._prefix_graph
+    assert graph is not None
+    runner, asked = graph.runner, []
+    real_run = runner.run
+
+    def run(feeds: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
+        asked.append((output, feeds[CACHE_INPUT].shape[2], len(feeds["input_ids"])))
+        return real_run(feeds, output)
+
+    monkeypatch.setattr(runner, "run", run)
+    requests = [(QUERY, ["wings", "Boundary layer transition.", LONG[:200]]),
+                ("boundary layer", ["a flat plate", "wings"])]
+    for _ in range(2):  # a second call computes each cache again: none outlives its call
+        asked.clear()
+        reused = reranker.rerank_many(requests)
+        caches = [(length, rows) for output, length, rows in asked if output == CACHE_OUTPUT]
+        assert len(caches) == 2 and all(length == 0 and rows == 1 for length, rows in caches)
+        # five batches of one row, each against a cache of its query's prefix
+        assert [(length > 0, rows) for output, length, rows in asked
+                if output is None] == [(True, 1)] * 5
+    for left, right in zip(reused, whole_rows.rerank_many(requests)):
+        assert np.allclose([r.score for r in left], [r.score for r in right], atol=1e-6)
+
+
+def test_a_prefix_graph_from_before_the_cache_leaves_the_whole_rows_serving(
+        recipe_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A prefix graph that takes no prefix cache (here the whole-row graph in its place, as an
+    older export's took prefix_ids instead) is refused with how to fix it; the engine then runs
+    the whole rows, logged, and scores as before."""
+    from onnxrank.engine.prefix import PrefixGraph
+    from onnxrank.engine.runtime import open_model_file
+    from onnxrank.errors import ModelLoadError
+
+    whole_file = recipe_model_dir / VARIANTS["fp32"].file
+    with pytest.raises(ModelLoadError, match="not prefix_cache .*export the model again"):
+        PrefixGraph(open_model_file(whole_file, backend="onnxruntime", precision="fp32"))
+    older = tmp_path / "older"
+    shutil.copytree(recipe_model_dir, older)
+    prefix_file = older / VARIANTS["fp32"].prefix_file
+    shutil.copyfile(whole_file, prefix_file)
+    manifest = json.loads((older / MANIFEST_NAME).read_text())
+    manifest["prefix_graphs"]["fp32"]["sha256"] = sha256_file(prefix_file)
+    (older / MANIFEST_NAME).write_text(json.dumps(manifest))
+    options = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32", "threads": 1}
+    with caplog.at_level(logging.WARNING):
+        reranker = Reranker.from_dir(older, **options)
+    assert not reranker.uses_prefix_graph
+    assert "prefix reuse is off" in caplog.text and "export the model again" in caplog.text
+    pairs = prefix_pairs()[:4]
+    expected = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options).score(pairs)
+    assert np.array_equal(reranker.score(pairs), expected)
 
 
 def test_prefix_reuse_off_runs_whole_rows_and_fits_fewer_rows(recipe_model_dir: Path,

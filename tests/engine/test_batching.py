@@ -149,6 +149,9 @@ def test_cpu_plans_by_its_runtimes_charge_and_cuda_by_run_count() -> None:
     assert plan("cuda", 0) == [(20, 72)]
 
 
-def test_a_batch_runs_its_padded_rows_and_its_prefix_once() -> None:
+def test_a_batch_runs_its_padded_rows_and_its_prefix_where_it_computes_it() -> None:
     assert Batch(rows=np.arange(5), padded_length=24).tokens == 5 * 24
-    assert Batch(rows=np.arange(3), padded_length=16, prefix_length=40).tokens == 3 * 16 + 40
+    assert Batch(rows=np.arange(3), padded_length=16, prefix_length=40,
+                 runs_prefix=True).tokens == 3 * 16 + 40
+    # a later batch of the query reads the prefix's cache: it runs only its rows
+    assert Batch(rows=np.arange(3), padded_length=16, prefix_length=40).tokens == 3 * 16

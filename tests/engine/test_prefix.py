@@ -48,7 +48,24 @@ def test_batches_hold_one_group_each_and_feed_its_prefix_once() -> None:
     assert seen == [([2, 1], 3), ([1, 2], 3)]  # groups in order of first appearance
     assert [(batch.rows.tolist(), batch.prefix_length) for batch in batches] == [
         ([2, 0], 3), ([1, 3], 3)]
+    # each group's first batch computes its prefix: counted in its tokens, once per group
+    assert [batch.runs_prefix for batch in batches] == [True, True]
+    assert [batch.tokens for batch in batches] == [2 * 2 + 3, 2 * 2 + 3]
     feeds = batch_feeds(RowPlan(rows, batches, pad_token_id=0), batches[1])
     assert feeds[PREFIX_INPUT].tolist() == [[8, 8, 8]]
     assert feeds["input_ids"].tolist() == [[2, 0], [3, 3]]
     assert feeds["attention_mask"].tolist() == [[1, 0], [1, 1]]
+
+
+def test_only_a_groups_first_batch_computes_its_prefix() -> None:
+    rows = [_row([4, 4, 1]), _row([4, 4, 2, 2]), _row([4, 4, 3]), _row([5, 6])]
+
+    def plan(lengths: list[int], prefix: int) -> list[Batch]:
+        return plan_batches(lengths, max_batch_tokens=100, max_batch_size=1)
+
+    batches = plan_prefix_batches(rows, ["a", "a", "a", "b"], plan)
+    assert [batch.runs_prefix for batch in batches] == [True, False, False, True]
+    # the prefix (2 tokens) once, then each row's own tokens
+    assert sum(batch.tokens for batch in batches[:3]) == 2 + 1 + 2 + 1
+    # "b" alone shares its prompt head of 1 token with itself
+    assert batches[3].prefix_length == 1 and batches[3].tokens == 1 + 1

@@ -117,9 +117,10 @@ class ModelCardScorer:
 
 def _plan_tokens(engine: Reranker, whole_rows: Reranker | None,
                  requests: Sequence[Request]) -> dict[str, object]:
-    """What the planned runs hold: the mean tokens per row the engine runs once per batch as the
+    """What the planned runs hold: the mean tokens per row the engine runs once per query as the
     query's shared prefix (0 without prefix reuse) and those each row runs itself (past the
-    prefix), and each engine's padded tokens over the requests (a prefix counted once per batch).
+    prefix), and each engine's padded tokens over the requests (a prefix counted once per query,
+    Batch.tokens).
     The whole rows' padded tokens over the engine's (`padded_token_bound`) bound what reuse can
     gain on these requests where every padded token costs the same."""
     prefix, own = [], []

@@ -12,8 +12,8 @@ import numpy as np
 from onnxrank.errors import ModelLoadError
 from onnxrank.types import Device
 
-# prefix_ids: a decoder's prefix graph (onnxrank.engine.prefix)
-GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "prefix_ids")
+# prefix_cache: a decoder's prefix graph (onnxrank.engine.prefix.CACHE_INPUT)
+GRAPH_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "prefix_cache")
 CompileCacheState = Literal["hit", "miss", "off"]
 
 
@@ -86,6 +86,8 @@ class ModelRunner(ABC):
 
     info: DeviceInfo
     input_names: tuple[str, ...]
+    # each input's declared shape, None for a dynamic axis
+    input_shapes: dict[str, tuple[int | None, ...]]
     cpu_run_overhead_tokens: ClassVar[int] = 0
 
     def check_inputs(self) -> None:
@@ -98,8 +100,9 @@ class ModelRunner(ABC):
             )
 
     @abstractmethod
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """The first output for one batch; `feeds` may hold inputs the graph does not declare.
+    def run(self, feeds: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
+        """The first output for one batch, or the output named `output`; `feeds` may hold
+        inputs the graph does not declare.
 
         Raises:
             InferenceError: The runtime failed.

@@ -60,25 +60,29 @@ class OnnxruntimeRunner(ModelRunner):
         self.session = session
         self.info = info
         self.input_names = tuple(node.name for node in session.get_inputs())
+        self.input_shapes = {node.name: tuple(dim if isinstance(dim, int) else None
+                                              for dim in node.shape)
+                             for node in session.get_inputs()}
         self.output_name = session.get_outputs()[0].name
         self.check_inputs()
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def run(self, feeds: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
         declared = {name: feeds[name] for name in self.input_names}
+        name = output or self.output_name
         try:
             if self.info.device == Device.CUDA.value:
-                return self._run_with_io_binding(declared)
-            return self.session.run([self.output_name], declared)[0]
+                return self._run_with_io_binding(declared, name)
+            return self.session.run([name], declared)[0]
         except Exception as err:  # onnxruntime raises its own untyped errors
             raise InferenceError(f"onnxruntime failed on {self.info.model_file}: {err}") from err
 
-    def _run_with_io_binding(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def _run_with_io_binding(self, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
         # IO binding copies inputs to the GPU once and lets onnxruntime allocate the output on the
         # device, avoiding the extra host round trips of session.run.
         binding = self.session.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, array)
-        binding.bind_output(self.output_name, "cuda")
+        binding.bind_output(output, "cuda")
         self.session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()[0]
 

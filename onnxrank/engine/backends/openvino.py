@@ -82,11 +82,14 @@ class OpenvinoRunner(ModelRunner):
         self._compiled = compiled
         self.info = info
         self.input_names = tuple(node.get_any_name() for node in compiled.inputs)
+        self.input_shapes = {node.get_any_name(): tuple(
+            dim.get_length() if dim.is_static else None for dim in node.get_partial_shape())
+            for node in compiled.inputs}
         self._output = compiled.outputs[0]
         self._local = threading.local()
         self.check_inputs()
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def run(self, feeds: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self._compiled.create_infer_request()
@@ -96,7 +99,8 @@ class OpenvinoRunner(ModelRunner):
             # request, so it is copied out (once).
             results = request.infer({name: feeds[name] for name in self.input_names},
                                     share_inputs=True, share_outputs=True)
-            return np.array(results[self._output], copy=True)
+            port = self._output if output is None else self._compiled.output(output)
+            return np.array(results[port], copy=True)
         except Exception as err:  # OpenVINO raises RuntimeError without a type of its own
             raise InferenceError(f"OpenVINO failed on {self.info.model_file}: {err}") from err
 

@@ -19,12 +19,13 @@ What the exported graph computes, and why it is exact and small:
   Qwen3; the raw logit or logit difference for the others). No KV cache, no generation.
 * the score head is the module ``score_head`` (graph nodes ``/score_head/...``): the int8
   variants keep it in fp32 (`fp32_nodes`), as a quantized head collapses the scores.
-* beside it, the prefix graph (`prefix_score_graph`, model_prefix.onnx): ``prefix_ids`` [1, P]
-  shared by every row of a batch, then ``input_ids`` / ``attention_mask`` [batch, D] of each
-  row's own tokens; the body runs once on the prefix with a cache (transformers' DynamicCache,
-  keys and values expanded to the batch) and once on the rows at positions P..P+D-1. Its scores
-  are the score graph's on the whole rows (the export gates it at 1e-4 x their spread;
-  onnxrank.engine.prefix runs it).
+* beside it, the prefix graph (`prefix_cache_graph`, model_prefix.onnx): ``prefix_cache``, the
+  keys and values of a prefix shared by every row of a batch, then ``input_ids`` /
+  ``attention_mask`` [batch, D] of each row's own tokens; the body runs on the rows at positions
+  P..P+D-1 against the cache (transformers' DynamicCache, keys and values expanded to the batch).
+  Its scores are the score graph's on the whole rows (the export gates it at 1e-4 x their
+  spread); run on a prefix alone with an empty cache, its second output is that prefix's cache
+  (onnxrank.engine.prefix runs it: each query's prefix once).
 
 The PyTorch reference is the unmodified model: full vocabulary logits at each row's last real
 token, the score kind's weighted sum of the answer logits taken from them.
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.engine.prefix import PREFIX_INPUT
+from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT
 from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
 from onnxrank.export.memory import meta_model, weight_count
@@ -113,40 +114,42 @@ def score_graph(model: Any, *, answer_ids: tuple[int, ...],
     return DecoderScoreGraph().eval()
 
 
-def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
+def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
                        weights: tuple[float, ...]) -> torch.nn.Module:
-    """The module of the prefix graph: (prefix_ids, input_ids, attention_mask) -> the score of
-    each row ``prefix + continuation``, equal to `score_graph` on the whole row.
+    """The module of the prefix graph: (prefix_cache, input_ids, attention_mask) -> (the score
+    of each row ``prefix + continuation``, equal to `score_graph` on the whole row; the keys and
+    values of row 0's tokens).
 
-    The body runs once on the prefix [1, P] with a cache; each layer's keys and values are
-    expanded (not copied) to the batch, and the body runs on the right-padded continuations
-    [batch, D] at positions P..P+D-1 with a [batch, 1, D, P+D] mask: every prefix key visible,
-    causal and padding on the continuation. The score head is `score_graph`'s module (the same
-    ``score_head`` node names, kept fp32 by the int8 variants).
+    ``prefix_cache`` [2 x layers, kv_heads, P, head_dim] holds every layer's keys then values of
+    a prefix of P tokens; they are expanded (not copied) to the batch, and the body runs on the
+    right-padded continuations [batch, D] at positions P..P+D-1 with a [batch, 1, D, P+D] mask:
+    every prefix key visible, causal and padding on the continuation. The second output,
+    ``present_cache`` [2 x layers, kv_heads, D, head_dim], is row 0's own keys and values: run
+    on a prefix alone as one row with an empty cache (P = 0), it is that prefix's cache. So one
+    graph (one copy of the weights) computes a query's prefix once and then scores its rows
+    against it. The score head is `score_graph`'s module (the same ``score_head`` node names,
+    kept fp32 by the int8 variants).
     """
     torch = require("torch", extra="export")
     scorer = score_graph(model, answer_ids=answer_ids, weights=weights)
 
-    class DecoderPrefixScoreGraph(torch.nn.Module):  # type: ignore[name-defined]
+    class DecoderPrefixCacheGraph(torch.nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.body = model.model
             self.add_module(SCORE_HEAD, getattr(scorer, SCORE_HEAD))
 
-        def forward(self, prefix_ids: Any, input_ids: Any, attention_mask: Any) -> Any:
-            prefix_mask = torch.ones_like(prefix_ids)
+        def forward(self, prefix_cache: Any, input_ids: Any, attention_mask: Any) -> Any:
+            batch, length = input_ids.shape
+            past = prefix_cache.shape[2]
             cache = _primed_cache(self.body.config, self.body.dtype)
-            self.body(input_ids=prefix_ids, attention_mask=causal_mask(prefix_mask),
-                      past_key_values=cache, use_cache=True)
-            batch = input_ids.shape[0]
-            for layer in cache.layers:
-                layer.keys = layer.keys.expand(batch, -1, -1, -1)
-                layer.values = layer.values.expand(batch, -1, -1, -1)
-            prefix_length = prefix_ids.shape[1]
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device) + prefix_length
+            for index, layer in enumerate(cache.layers):
+                layer.keys = prefix_cache[2 * index][None].expand(batch, -1, -1, -1)
+                layer.values = prefix_cache[2 * index + 1][None].expand(batch, -1, -1, -1)
+            positions = torch.arange(length, device=input_ids.device) + past
             mask = causal_mask(attention_mask)
-            prefix_columns = torch.zeros((batch, 1, input_ids.shape[1], prefix_length),
-                                         dtype=mask.dtype, device=mask.device)
+            prefix_columns = torch.zeros((batch, 1, length, past), dtype=mask.dtype,
+                                         device=mask.device)
             # every continuation token sees the whole prefix (padding positions too: their
             # outputs are never read, and a row of only masked keys would give NaN)
             hidden = self.body(input_ids=input_ids,
@@ -156,9 +159,11 @@ def prefix_score_graph(model: Any, *, answer_ids: tuple[int, ...],
                                use_cache=True).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
-            return getattr(self, SCORE_HEAD)(hidden[rows, last].float())
+            present = torch.stack([tensor[0, :, past:, :] for layer in cache.layers
+                                   for tensor in (layer.keys, layer.values)])
+            return getattr(self, SCORE_HEAD)(hidden[rows, last].float()), present.float()
 
-    return DecoderPrefixScoreGraph().eval()
+    return DecoderPrefixCacheGraph().eval()
 
 
 def _primed_cache(config: Any, dtype: torch.dtype) -> Any:
@@ -235,16 +240,23 @@ def export_score_graph(graph: torch.nn.Module, out_path: Path, *, opset: int) ->
 
 def export_prefix_graph(graph: torch.nn.Module, out_path: Path, *,
                         opset: int) -> tuple[str, ...]:
-    """torch.onnx.export a `prefix_score_graph` to `out_path` (dynamic prefix length, batch and
+    """torch.onnx.export a `prefix_cache_graph` to `out_path` (dynamic cache length, batch and
     continuation length), its weights kept like `export_score_graph`'s.
 
     Returns:
         The external data file names written beside `out_path`.
     """
-    axes = {PREFIX_INPUT: {1: "prefix"},
+    axes = {CACHE_INPUT: {2: "prefix"}, CACHE_OUTPUT: {2: "sequence"},
             **{name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}}
-    return _export(graph, out_path, _prefix_dummy(), (PREFIX_INPUT, *INPUT_NAMES), axes,
-                   opset=opset)
+    return _export(graph, out_path, _prefix_dummy(graph.get_submodule("body").config),
+                   (CACHE_INPUT, *INPUT_NAMES), axes, opset=opset,
+                   output_names=(OUTPUT_NAME, CACHE_OUTPUT))
+
+
+def cache_shape(config: Any) -> list[int]:
+    """A prefix cache's shape with -1 for its length: [2 x layers, kv_heads, -1, head_dim]."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return [2 * config.num_hidden_layers, config.num_key_value_heads, -1, head_dim]
 
 
 def _score_dummy() -> tuple[torch.Tensor, ...]:
@@ -253,35 +265,45 @@ def _score_dummy() -> tuple[torch.Tensor, ...]:
     return torch.ones((2, 16), dtype=torch.long), torch.ones((2, 16), dtype=torch.long)
 
 
-def _prefix_dummy() -> tuple[torch.Tensor, ...]:
+def _prefix_dummy(config: Any) -> tuple[torch.Tensor, ...]:
     torch = require("torch", extra="export")
-    # prefix 5, batch 2, continuation 16: three distinct sizes
-    return (torch.ones((1, 5), dtype=torch.long), *_score_dummy())
+    layers, heads, _, head_dim = cache_shape(config)
+    # cache length 5, batch 2, continuation 16: three distinct sizes
+    return (torch.zeros((layers, heads, 5, head_dim)), *_score_dummy())
 
 
 def convert_score_graph(graph: torch.nn.Module) -> Any:
     """openvino.convert_model of a `score_graph` (dynamic batch and sequence; the weights shared
     with PyTorch, in their dtype): the ``openvino.Model`` of the score graph's ONNX file."""
-    return _convert(graph, _score_dummy(), {name: [-1, -1] for name in INPUT_NAMES})
+    openvino = require("openvino", extra="openvino")
+    return _convert(graph, _score_dummy(),
+                    {name: ([-1, -1], openvino.Type.i64) for name in INPUT_NAMES})
 
 
 def convert_prefix_graph(graph: torch.nn.Module) -> Any:
-    """openvino.convert_model of a `prefix_score_graph` (one prefix row of dynamic length)."""
-    return _convert(graph, _prefix_dummy(),
-                    {PREFIX_INPUT: [1, -1], **{name: [-1, -1] for name in INPUT_NAMES}})
+    """openvino.convert_model of a `prefix_cache_graph` (a float32 cache of dynamic length)."""
+    openvino = require("openvino", extra="openvino")
+    config = graph.get_submodule("body").config
+    return _convert(graph, _prefix_dummy(config),
+                    {CACHE_INPUT: (cache_shape(config), openvino.Type.f32),
+                     **{name: ([-1, -1], openvino.Type.i64) for name in INPUT_NAMES}},
+                    outputs=(OUTPUT_NAME, CACHE_OUTPUT))
 
 
-def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...], shapes: dict[str, list[int]]) -> Any:
+def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...],
+             inputs: dict[str, tuple[list[int], Any]], *,
+             outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> Any:
     torch = require("torch", extra="export")
     openvino = require("openvino", extra="openvino")
     with torch.inference_mode(), warnings.catch_warnings(), _float32_arithmetic(graph):
         warnings.simplefilter("ignore")  # TorchScript tracer warnings, as for the ONNX export
         model = openvino.convert_model(graph, example_input=dummy, input=[
-            (name, shape, openvino.Type.i64) for name, shape in shapes.items()])
+            (name, shape, element_type) for name, (shape, element_type) in inputs.items()])
     # the converter may add a traced value's name beside an input's: the engine reads the one
-    for port, name in zip(model.inputs, shapes, strict=True):
+    for port, name in zip(model.inputs, inputs, strict=True):
         port.get_tensor().set_names({name})
-    model.outputs[0].get_tensor().set_names({OUTPUT_NAME})
+    for port, name in zip(model.outputs, outputs, strict=True):
+        port.get_tensor().set_names({name})
     return model
 
 
@@ -359,7 +381,7 @@ def score_head_ops(model: Any) -> list[str]:
 
 def _export(graph: torch.nn.Module, out_path: Path, dummy: tuple[Any, ...],
             input_names: tuple[str, ...], axes: dict[str, dict[int, str]], *,
-            opset: int) -> tuple[str, ...]:
+            opset: int, output_names: tuple[str, ...] = (OUTPUT_NAME,)) -> tuple[str, ...]:
     torch = require("torch", extra="export")
     onnx = require("onnx", extra="export")
     out_path = Path(out_path)
@@ -372,7 +394,7 @@ def _export(graph: torch.nn.Module, out_path: Path, dummy: tuple[Any, ...],
         # deprecation notice and tracer warnings are not something the user can act on
         warnings.simplefilter("ignore")
         torch.onnx.export(graph, dummy, str(traced), input_names=list(input_names),
-                          output_names=[OUTPUT_NAME], dynamic_axes=axes, opset_version=opset,
+                          output_names=list(output_names), dynamic_axes=axes, opset_version=opset,
                           do_constant_folding=True, dynamo=False)
     # the exporter spreads large weights over one file per tensor: gather them into one
     proto = onnx.load(str(traced))
@@ -434,7 +456,7 @@ class DecoderFamily(Family):
         return convert_prefix_graph(self._prefix_module(loaded, loaded.model))
 
     def _prefix_module(self, loaded: LoadedModel, model: Any) -> torch.nn.Module:
-        return prefix_score_graph(model, answer_ids=self.answer_ids(loaded),
+        return prefix_cache_graph(model, answer_ids=self.answer_ids(loaded),
                                   weights=self.recipe(loaded).score_kind.weights)
 
     def fp32_ops(self, model: Any) -> list[str]:
@@ -517,8 +539,8 @@ class DecoderFamily(Family):
     def describe(self, config: Any) -> dict[str, Any]:
         return {**super().describe(config), "graph": "logits = the recipe's score kind (weighted "
                 "answer-token logits) at each row's last real token; vocabulary projection pruned "
-                "to that one row, kept fp32; no KV cache; model_prefix.onnx runs a shared "
-                "prompt head once per batch (prefix_graphs)"}
+                "to that one row, kept fp32; no KV cache; model_prefix.onnx computes a query's "
+                "shared prompt head once and scores its rows against it (prefix_graphs)"}
 
 
 FAMILY = DecoderFamily()
