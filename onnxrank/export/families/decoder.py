@@ -142,10 +142,7 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
         def forward(self, prefix_cache: Any, input_ids: Any, attention_mask: Any) -> Any:
             batch, length = input_ids.shape
             past = prefix_cache.shape[2]
-            cache = _primed_cache(self.body.config, self.body.dtype)
-            for index, layer in enumerate(cache.layers):
-                layer.keys = prefix_cache[2 * index][None].expand(batch, -1, -1, -1)
-                layer.values = prefix_cache[2 * index + 1][None].expand(batch, -1, -1, -1)
+            cache = _cache_of(prefix_cache, self.body.config, batch)
             positions = torch.arange(length, device=input_ids.device) + past
             mask = causal_mask(attention_mask)
             prefix_columns = torch.zeros((batch, 1, length, past), dtype=mask.dtype,
@@ -166,18 +163,19 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
     return DecoderPrefixCacheGraph().eval()
 
 
-def _primed_cache(config: Any, dtype: torch.dtype) -> Any:
-    """A DynamicCache whose layers start as empty [1, kv_heads, 0, head_dim] tensors.
-    transformers starts them as 1-D empty tensors, which the first update concatenates on the
-    sequence axis: fine in PyTorch and the ONNX exporter, a rank error in openvino.convert_model."""
-    torch = require("torch", extra="export")
+def _cache_of(prefix_cache: torch.Tensor, config: Any, batch: int) -> Any:
+    """A DynamicCache holding `prefix_cache`'s keys and values (every layer's keys, then values,
+    [2 x layers, kv_heads, P, head_dim]), each expanded (not copied) to `batch` rows. Its layers
+    hold 4-D tensors from the start: transformers starts them as 1-D empty tensors, which the
+    first update concatenates on the sequence axis, fine in PyTorch and the ONNX exporter, a
+    rank error in openvino.convert_model."""
     transformers = require("transformers", extra="export")
     cache = transformers.DynamicCache(config=config)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    empty = torch.zeros((1, config.num_key_value_heads, 0, head_dim), dtype=dtype)
-    for layer in cache.layers:
-        layer.lazy_initialization(empty)
-        layer.keys, layer.values = empty, empty
+    for index, layer in enumerate(cache.layers):
+        keys = prefix_cache[2 * index][None].expand(batch, -1, -1, -1)
+        layer.lazy_initialization(keys)
+        layer.keys = keys
+        layer.values = prefix_cache[2 * index + 1][None].expand(batch, -1, -1, -1)
     return cache
 
 
