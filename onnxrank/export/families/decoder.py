@@ -10,7 +10,9 @@ What the exported graph computes, and why it is exact and small:
   short row's positions by its padding; our reference is each row alone.)
 * the causal LM's body (embeddings, decoder layers, final norm) with a 4-D additive causal mask
   built in the graph from `attention_mask` (transformers' own mask builder uses vmap, which the
-  TorchScript exporter cannot trace; the mask is the same: causal and padding keys masked).
+  TorchScript exporter cannot trace; the mask is the same: causal and padding keys masked), its
+  attention traced as `decoder_attention.grouped_attention` (eager attention's arithmetic,
+  without a copy of each key/value head per query head).
 * the hidden state of each row's last real token (``sum(attention_mask) - 1``), then ONE output
   row of the vocabulary projection, the score head: the score kind's weighted sum of its answer
   tokens' rows (``W[yes] - W[no]``, or ``W[yes]`` alone), plus the same sum of their biases, if
@@ -46,6 +48,7 @@ from onnxrank._optional import require
 from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT
 from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
+from onnxrank.export.families.decoder_attention import grouped_attention_for
 from onnxrank.export.memory import meta_model, weight_count
 from onnxrank.export.tasks import RERANK
 
@@ -105,8 +108,10 @@ def score_graph(model: Any, *, answer_ids: tuple[int, ...],
             self.add_module(SCORE_HEAD, head)
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            hidden = self.body(input_ids=input_ids, attention_mask=causal_mask(attention_mask),
-                               use_cache=False).last_hidden_state
+            with grouped_attention_for(self.body.config):
+                hidden = self.body(input_ids=input_ids,
+                                   attention_mask=causal_mask(attention_mask),
+                                   use_cache=False).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
             return getattr(self, SCORE_HEAD)(hidden[rows, last].float())
@@ -149,11 +154,12 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
                                          device=mask.device)
             # every continuation token sees the whole prefix (padding positions too: their
             # outputs are never read, and a row of only masked keys would give NaN)
-            hidden = self.body(input_ids=input_ids,
-                               attention_mask=torch.cat([prefix_columns, mask], dim=3),
-                               position_ids=positions[None, :].expand(batch, -1),
-                               cache_position=positions, past_key_values=cache,
-                               use_cache=True).last_hidden_state
+            with grouped_attention_for(self.body.config):
+                hidden = self.body(input_ids=input_ids,
+                                   attention_mask=torch.cat([prefix_columns, mask], dim=3),
+                                   position_ids=positions[None, :].expand(batch, -1),
+                                   cache_position=positions, past_key_values=cache,
+                                   use_cache=True).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
             present = torch.stack([tensor[0, :, past:, :] for layer in cache.layers
