@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank.engine.backends.openvino import compile_config, openvino_core
+from onnxrank.engine.batching import round_up
 from onnxrank.engine.prefix import CACHE_INPUT
 
 ROUNDS = 3  # runs per graph after a warm-up; the median's counters are printed
@@ -62,7 +63,7 @@ def main() -> None:
     declared = openvino_core().read_model(str(model / "model_prefix_ov_int8.xml"))
     layers, kv_heads, _, head_dim = (dim.get_length() if dim.is_static else 0
                                      for dim in declared.input(CACHE_INPUT).get_partial_shape())
-    whole = -(-(prefix + tokens) // 16) * 16
+    whole = round_up(prefix + tokens, 16)
     profile(model / "model_prefix_ov_int8.xml", {
         CACHE_INPUT: rng.standard_normal((layers, kv_heads, prefix, head_dim)).astype(np.float32),
         "input_ids": rng.integers(100, 10_000, (rows, tokens)),

@@ -64,12 +64,15 @@ def padding_multiple(config: EngineConfig, runner: ModelRunner) -> int:
 
 
 def plan_engine_batches(lengths: NDArray[np.integer] | list[int], config: EngineConfig,
-                        runner: ModelRunner, *, sort_by_length: bool = True) -> list[Batch]:
+                        runner: ModelRunner, *, sort_by_length: bool = True,
+                        reserved_tokens: int = 0) -> list[Batch]:
     """`plan_batches` with an engine's settings (token budget, batch size), its runner's padding
-    multiple and per-run charge: every model (reranker, embedder) plans its runs the same way."""
+    multiple and per-run charge: every model (reranker, embedder) plans its runs the same way.
+    `reserved_tokens` come off each batch's budget: tokens every row's attention reads besides
+    its own (a decoder's shared prefix, onnxrank.engine.prefix)."""
     charge = run_overhead_tokens(runner.info.device, config.max_batch_tokens,
                                  runner.cpu_run_overhead_tokens)
-    return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens,
+    return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens - reserved_tokens,
                         max_batch_size=config.max_batch_size, sort_by_length=sort_by_length,
                         pad_to_multiple=padding_multiple(config, runner),
                         batch_overhead_tokens=charge)

@@ -116,8 +116,7 @@ class PrefixGraph:
     """
 
     def __init__(self, runner: ModelRunner) -> None:
-        shape = runner.input_shapes.get(CACHE_INPUT)
-        dims = shape or ()
+        dims = runner.input_shapes.get(CACHE_INPUT, ())
         if len(dims) != 4 or dims[0] is None or dims[1] is None or dims[3] is None:
             raise ModelLoadError(
                 f"{runner.info.model_file} is not a prefix graph onnxrank runs: it declares "

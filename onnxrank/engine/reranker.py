@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from onnxrank.engine.backends.base import ModelRunner
-from onnxrank.engine.batching import Batch, plan_batches, run_overhead_tokens
+from onnxrank.engine.batching import Batch, plan_engine_batches
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.execution import Feeds, RowPlan, batch_feeds, run_plan
@@ -466,16 +466,10 @@ class DecoderReranker(Reranker):
         reads it: the budget leaves room for it)."""
         if self._prefix_graph is None:
             return self._plan(rows, sort_by_length=sort_by_length)
-        config = self.config
-        charge = run_overhead_tokens(self._runner.info.device, config.max_batch_tokens,
-                                     self._runner.cpu_run_overhead_tokens)
 
         def plan(lengths: list[int], prefix: int) -> list[Batch]:
-            return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens - prefix,
-                                max_batch_size=config.max_batch_size,
-                                sort_by_length=sort_by_length,
-                                pad_to_multiple=self.padding_multiple,
-                                batch_overhead_tokens=charge)
+            return plan_engine_batches(lengths, self.config, self._runner,
+                                       sort_by_length=sort_by_length, reserved_tokens=prefix)
 
         batches = plan_prefix_batches(rows, [pairs[row.item_index][0] for row in rows], plan)
         return RowPlan(rows, batches, self.spec.pad_token_id)
