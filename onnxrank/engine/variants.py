@@ -65,7 +65,8 @@ VARIANTS: dict[str, VariantFacts] = {facts.name: facts for facts in (
         prefix_file="model_prefix.onnx"),
     VariantFacts("opt", "model_opt.onnx", "fp32", (RunAs("onnxruntime", "opt"),)),
     VariantFacts("int8", "model_int8.onnx", "int8", (RunAs("onnxruntime", "int8"),)),
-    VariantFacts("fp16", "model_fp16.onnx", "fp16", (RunAs("onnxruntime", "fp16"),), cpu=False),
+    VariantFacts("fp16", "model_fp16.onnx", "fp16", (RunAs("onnxruntime", "fp16"),), cpu=False,
+                 prefix_file="model_prefix_fp16.onnx"),
     VariantFacts("ov_int8", "model_ov_int8.xml", "int8", (
         RunAs("openvino", "int8"),
         RunAs("openvino", "int8+bf16", fidelity_key="openvino_int8_bf16")),

@@ -103,12 +103,16 @@ class BuiltVariant:
         outputs: The file's outputs on the validation rows, per way its gates ran it (the first
             of its facts' ``runs_as``, and each bf16 record's): what its prefix graph's gate
             compares with, without running the whole rows again.
+        extra_files: Files its build wrote beside it that only some exports have (the
+            external data of an fp16 graph over protobuf's limit); its facts' own are always
+            there.
     """
 
     fidelity: dict[str, Any]
     quantization: dict[str, Any] | None = None
     optimization: dict[str, Any] | None = None
     outputs: dict[RunAs, np.ndarray] = field(default_factory=dict)
+    extra_files: tuple[str, ...] = ()
 
     def attempts(self) -> dict[str, Any]:
         """The ladder attempts it made, as a failed_variants entry's ``attempts`` (or nothing)."""

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
+# protobuf's limit on one ONNX file: larger graphs keep their weights in one external data file
+# beside it, named `<file name>EXTERNAL_DATA_SUFFIX`
+PROTOBUF_LIMIT_BYTES = 2**31 - 1
+EXTERNAL_DATA_SUFFIX = ".data"
 
 
 def logits_graph(model: Any, input_names: tuple[str, ...]) -> torch.nn.Module:

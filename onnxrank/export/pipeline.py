@@ -571,11 +571,11 @@ def _publish_variants(request: ExportRequest, context: ExportContext,
     specs = {}
     for variant in kept:
         facts = VARIANTS[variant]
-        extra_names = (*facts.extra_files,
+        made = built[variant]
+        extra_names = (*facts.extra_files, *made.extra_files,
                        *(traced.graph_files if variant == traced.variant else ()))
         for file_name in (facts.file, *extra_names):
             os.replace(scratch / file_name, work_dir / file_name)
-        made = built[variant]
         specs[variant] = VariantSpec(
             file=facts.file, sha256=sha256_file(work_dir / facts.file),
             size_bytes=sum((work_dir / file_name).stat().st_size

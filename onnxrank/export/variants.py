@@ -74,14 +74,28 @@ def build_opt(context: ExportContext) -> BuiltVariant:
 
 
 def build_fp16(context: ExportContext) -> BuiltVariant:
-    """fp16 through the transformer optimizer (validated only where a GPU can run it)."""
+    """fp16 through the transformer optimizer (validated only where the CPU can run it)."""
     context.progress.step("build fp16")
-    num_heads, hidden_size = _attention_shape(context)
-    optimization = convert_fp16(context.paths["fp32"], context.paths["fp16"], num_heads=num_heads,
-                                hidden_size=hidden_size, model_type=context.family.ort_model_type)
+    optimization, extra_files = write_fp16(context, context.paths["fp32"], context.paths["fp16"])
     context.progress.step("validate fp16")
     fidelity, _, outputs = validate_file(context, "fp16")
-    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
+    return BuiltVariant(fidelity, optimization=optimization, outputs=outputs,
+                        extra_files=extra_files)
+
+
+def write_fp16(context: ExportContext, source: Path, out: Path) -> tuple[dict[str, Any],
+                                                                        tuple[str, ...]]:
+    """The fp16 graph of the fp32 graph `source` at `out`, the family's fp32 nodes (a decoder's
+    score head) kept: its ``optimization`` record and its external data files."""
+    num_heads, hidden_size = _attention_shape(context)
+    return convert_fp16(source, out, num_heads=num_heads, hidden_size=hidden_size,
+                        model_type=context.family.ort_model_type,
+                        keep_fp32=context.family.fp32_nodes(source))
+
+
+def fp16_prefix_graph(context: ExportContext, source: Path, out: Path) -> tuple[str, ...]:
+    """The traced prefix graph converted exactly as fp16 was; its external data files."""
+    return write_fp16(context, source, out)[1]
 
 
 def int8_rungs(context: ExportContext) -> list[Rung]:
@@ -186,7 +200,7 @@ def record_bf16_runs(context: ExportContext, variant: str, built: BuiltVariant) 
 
 VARIANT_STEPS: dict[str, VariantStep] = {
     "opt": VariantStep(build_opt),
-    "fp16": VariantStep(build_fp16),
+    "fp16": VariantStep(build_fp16, prefix_graph=fp16_prefix_graph),
     "int8": VariantStep(build_int8),
     "ov_int8": VariantStep(build_ov_int8, after_gate=record_bf16_runs,
                            prefix_graph=ov_int8_prefix_graph),

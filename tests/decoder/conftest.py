@@ -106,10 +106,10 @@ def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.
 @pytest.fixture(scope="session")
 def recipe_cuda_dir(recipe_name: str, recipe_checkpoint: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The recipe's checkpoint exported with the fp32 variant alone, what a decoder runs on CUDA
-    (its int8 variants are CPU-only); used by the gpu-marked tests."""
-    return built_once(tmp_path_factory, f"models/{recipe_name}-fp32", lambda out: _export(
-        recipe_checkpoint, recipe_name, out, "--variants", "fp32"))
+    """The recipe's checkpoint exported with the variants a decoder runs on CUDA, fp32 and fp16
+    (its int8 variants are CPU-only); used by the gpu-marked tests and test_decoder_fp16.py."""
+    return built_once(tmp_path_factory, f"models/{recipe_name}-cuda", lambda out: _export(
+        recipe_checkpoint, recipe_name, out, "--variants", "fp32,fp16"))
 
 
 @pytest.fixture(scope="session")

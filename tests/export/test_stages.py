@@ -35,8 +35,9 @@ def test_every_variant_has_its_facts_and_a_build_step() -> None:
     assert [name for name, facts in VARIANTS.items() if facts.cpu] == ["fp32", "opt", "int8", "ov_int8"]
     # a variant with a prefix graph file: fp32 (the traced one) and each step that makes one
     assert {name: facts.prefix_file for name, facts in VARIANTS.items() if facts.prefix_file} == {
-        "fp32": "model_prefix.onnx", "ov_int8": "model_prefix_ov_int8.xml"}
-    assert {name for name, step in VARIANT_STEPS.items() if step.prefix_graph} == {"ov_int8"}
+        "fp32": "model_prefix.onnx", "fp16": "model_prefix_fp16.onnx",
+        "ov_int8": "model_prefix_ov_int8.xml"}
+    assert {name for name, step in VARIANT_STEPS.items() if step.prefix_graph} == {"fp16", "ov_int8"}
 
 
 def test_the_backends_precision_maps_come_from_the_facts() -> None:

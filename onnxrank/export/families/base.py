@@ -195,8 +195,8 @@ class Family:
         return task.activation
 
     def fp32_nodes(self, model_path: Path) -> list[str]:
-        """Nodes of the fp32 graph at `model_path` that every int8 variant keeps in fp32
-        (default: none; a decoder's score head)."""
+        """Nodes of the fp32 graph at `model_path` that every int8 and fp16 variant keeps in
+        fp32 (default: none; a decoder's score head)."""
         return []
 
     def num_labels(self, config: Any, task: ExportTask) -> int:

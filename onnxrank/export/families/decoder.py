@@ -19,8 +19,8 @@ What the exported graph computes, and why it is exact and small:
   any. For Qwen3-0.6B that drops a 151,936 x 1,024 matmul per token. Output ``logits``
   [batch, 1]; the manifest's activation is the score kind's (sigmoid of yes - no is p(yes) for
   Qwen3; the raw logit or logit difference for the others). No KV cache, no generation.
-* the score head is the module ``score_head`` (graph nodes ``/score_head/...``): the int8
-  variants keep it in fp32 (`fp32_nodes`), as a quantized head collapses the scores.
+* the score head is the module ``score_head`` (graph nodes ``/score_head/...``): the int8 and
+  fp16 variants keep it in fp32 (`fp32_nodes`), as a quantized head collapses the scores.
 * beside it, the prefix graph (`prefix_cache_graph`, model_prefix.onnx): ``prefix_cache``, the
   keys and values of a prefix shared by every row of a batch, then ``input_ids`` /
   ``attention_mask`` [batch, D] of each row's own tokens; the body runs on the rows at positions
@@ -50,6 +50,7 @@ from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
 from onnxrank.export.families.decoder_attention import grouped_attention_for
 from onnxrank.export.memory import meta_model, weight_count
+from onnxrank.export.onnx import EXTERNAL_DATA_SUFFIX, PROTOBUF_LIMIT_BYTES
 from onnxrank.export.tasks import RERANK
 
 if TYPE_CHECKING:
@@ -69,11 +70,8 @@ DEFAULT_MAX_LENGTH = 8192
 OUTPUT_NAME = "logits"
 # where OpenVINO's 16-bit tracing patch keeps each module's own forward while it is patched
 _PATCHED_FORWARD = "_onnxrank_16bit_patch_forward"
-# the score head's module name: its nodes stay fp32 in every quantized variant
+# the score head's module name: its nodes stay fp32 in every quantized and fp16 variant
 SCORE_HEAD = "score_head"
-# protobuf's limit on one ONNX file: larger graphs keep their weights in EXTERNAL_DATA_SUFFIX
-PROTOBUF_LIMIT_BYTES = 2**31 - 1
-EXTERNAL_DATA_SUFFIX = ".data"
 
 
 def score_graph(model: Any, *, answer_ids: tuple[int, ...],
@@ -476,8 +474,6 @@ class DecoderFamily(Family):
 
     def variant_reasons(self, config: Any) -> dict[str, str]:
         reasons = super().variant_reasons(config)
-        reasons["fp16"] = ("fp16 is converted through onnxruntime's transformer optimizer, which "
-                           f"knows no {config.model_type!r} graph; and a CPU cannot validate it")
         # the graph holds the body (embeddings and layers): the head is pruned to two rows
         fp32_bytes = 4 * weight_count(meta_model(self.model_class(RERANK), config).model)
         if fp32_bytes > PROTOBUF_LIMIT_BYTES:
