@@ -72,10 +72,14 @@ class BatchInvariance:
 
 
 def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow], multiple: int,
-                   max_length: int) -> float:
+                   max_length: int, *, unpadded_tokens: int = 0) -> float:
     """Largest |output difference| between each row run alone, padded to its own length rounded
     up to `multiple`, and all rows run as one batch padded one multiple past the longest (capped
     at `max_length`), as a share of the batch outputs' standard deviation.
+
+    `unpadded_tokens` leading tokens of every row are fed apart and never padded (a decoder's
+    shared prefix, onnxrank.engine.prefix): the lengths padded, and handed to `feeds_at`, are
+    the rows' lengths past them.
 
     Raises:
         ValueError: No rows, or a multiple below 1.
@@ -84,12 +88,14 @@ def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],
         raise ValueError("the batch check needs rows, got none")
     if multiple < 1:
         raise ValueError(f"the padding multiple must be >= 1, got {multiple}")
-    longest = min(round_up(max(len(row.ids) for row in rows), multiple) + multiple, max_length)
+    lengths = [len(row.ids) - unpadded_tokens for row in rows]
+    cap = max_length - unpadded_tokens
+    longest = min(round_up(max(lengths), multiple) + multiple, cap)
     together = np.asarray(run(feeds_at(rows, longest)), dtype=np.float64).reshape(len(rows), -1)
     alone = np.stack([
-        np.asarray(run(feeds_at([row], min(round_up(len(row.ids), multiple), max_length))),
+        np.asarray(run(feeds_at([row], min(round_up(length, multiple), cap))),
                    dtype=np.float64).reshape(-1)
-        for row in rows])
+        for row, length in zip(rows, lengths, strict=True)])
     largest = float(np.abs(alone - together).max())
     spread = float(together.std())
     if spread == 0.0:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from onnxrank.engine.batch_invariance import batch_movement
 from onnxrank.engine.batching import Batch
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.errors import ModelLoadError
@@ -145,6 +146,25 @@ class PrefixGraph:
             return self.runner.run({**feeds, CACHE_INPUT: last[0][1]})
 
         return run
+
+
+def prefix_batch_movement(graph: PrefixGraph, rows: Sequence[EncodedRow], pad_token_id: int,
+                          multiple: int, max_length: int) -> float:
+    """How far one query's rows move with their batch mates through the prefix graph:
+    batch_invariance.batch_movement of the rows past their shared prefix (the cache computed
+    once), each alone and all as one batch, as a share of the scores' spread.
+
+    Raises:
+        ValueError: No rows, rows that share no prefix, or a multiple below 1.
+    """
+    if not rows:
+        raise ValueError("the batch check needs rows, got none")
+    prefix = shared_prefix_length(rows)
+    if prefix == 0:
+        raise ValueError("the prefix check needs rows of one query (they share no prefix)")
+    return batch_movement(
+        graph.plan_run(), lambda batch, length: prefix_feeds(batch, pad_token_id, length, prefix),
+        rows, multiple, max_length, unpadded_tokens=prefix)
 
 
 def run_with_prefix(prefix_run: Callable[[Feeds], np.ndarray],

@@ -431,7 +431,9 @@ class DecoderReranker(Reranker):
 
     def __init__(self, spec: ModelSpec, model_dir: Path, runner: ModelRunner,
                  encoder: RowEncoder[Pair], tokenizer: Tokenizer, config: EngineConfig) -> None:
-        self._prefix_graph = open_prefix_graph(spec, model_dir, runner, config)
+        self._prefix_graph = open_prefix_graph(
+            spec, model_dir, runner, config,
+            lambda tokens: self.probe_rows(spec, tokenizer, tokens))
         super().__init__(spec, model_dir, runner, encoder, tokenizer, config)
 
     @property

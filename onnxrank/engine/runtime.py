@@ -37,10 +37,11 @@ from onnxrank.engine.batch_invariance import (
     BatchInvariance,
     measure_batch_invariance,
 )
+from onnxrank.engine.batching import DEFAULT_PAD_MULTIPLE
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
 from onnxrank.engine.first_use import export_once, exportable
-from onnxrank.engine.prefix import PrefixGraph
+from onnxrank.engine.prefix import PrefixGraph, prefix_batch_movement
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.engine.tokenize import load_tokenizer
@@ -617,12 +618,18 @@ class _Opener:
 
 
 def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                      config: EngineConfig) -> PrefixGraph | None:
+                      config: EngineConfig, rows: Callable[[int], Sequence[EncodedRow]], *,
+                      choice_cache: Path | None = None) -> PrefixGraph | None:
     """The prefix graph (onnxrank.engine.prefix) of the variant `runner` runs, opened the same
     way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, the
     variant has no prefix graph that passed its gate at this precision (its own record for a
-    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule), or the graph is
-    one from before the prefix cache (logged: the whole rows serve until it is exported again).
+    precision with one, like OpenVINO bf16 on model.onnx: passed_gate's rule), the graph is
+    one from before the prefix cache (logged: the whole rows serve until it is exported again),
+    or, with ``precision="auto"``, one query's rows (`rows`, the probe's) move with their batch
+    mates through it beyond BATCH_DEPENDENCE_BOUND x their spread on this machine (logged;
+    measured once per machine at the runner's padding multiple and cached in `choice_cache`,
+    default_choice_cache() for None; not measured where the settings name the padding, as for
+    the whole rows).
 
     Raises:
         ModelLoadError: The prefix graph is missing, modified or cannot be loaded.
@@ -645,10 +652,46 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
         model_dir / graph.file, device=Device(info.device), precision=info.precision,
         variant=info.variant, threads=info.threads, compile_cache=compile_cache)
     try:
-        return PrefixGraph(opened)
+        prefix_graph = PrefixGraph(opened)
     except ModelLoadError as err:
         logger.warning("prefix reuse is off: %s", err)
         return None
+    if config.pad_to_multiple is not None:
+        return prefix_graph
+    moved = _prefix_check(spec, prefix_graph, runner, rows, choice_cache or default_choice_cache())
+    if config.precision == "auto" and moved > BATCH_DEPENDENCE_BOUND:
+        logger.warning(
+            "prefix reuse is off: through the prefix graph, %s/%s's scores move with their batch "
+            "mates by %.2g x their spread on this machine, above the bound of %g x the spread "
+            "(the whole rows run; ask for the precision explicitly to reuse the prefix anyway)",
+            info.backend, info.precision, moved, BATCH_DEPENDENCE_BOUND)
+        return None
+    return prefix_graph
+
+
+def _prefix_check(spec: ModelSpec, graph: PrefixGraph, runner: ModelRunner,
+                  rows: Callable[[int], Sequence[EncodedRow]], cache: Path) -> float:
+    """How far one query's rows move with their batch mates through `graph`, as a share of their
+    spread (onnxrank.engine.prefix.prefix_batch_movement) at the multiple `runner`'s batches are
+    padded to: cached per machine beside the whole rows' check."""
+    info = runner.info
+    multiple = info.batch_invariant_multiple or DEFAULT_PAD_MULTIPLE
+    fingerprint = machine_fingerprint(info.threads)
+    candidate = Candidate(info.backend, info.precision, info.variant)
+    key = _choice_key(spec, Device(info.device), [candidate], fingerprint) + "/prefix"
+    entry = _read_choices(cache).get(key)
+    cached = entry.get("moved") if isinstance(entry, dict) else None
+    if isinstance(cached, (int, float)) and entry is not None \
+            and entry.get("pad_to_multiple") == multiple:
+        return float(cached)
+    check_rows = [row for tokens in CHECK_TOKENS for row in rows(tokens)[:CHECK_ROWS_PER_LENGTH]]
+    moved = prefix_batch_movement(graph, check_rows, spec.pad_token_id, multiple, spec.max_length)
+    _write_choice(cache, key, {
+        "prefix_check": candidate.label, "pad_to_multiple": multiple, "moved": moved,
+        "model": spec.name, "fingerprint": fingerprint,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+    return moved
 
 
 def _backend(name: str) -> Backend:

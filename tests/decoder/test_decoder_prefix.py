@@ -272,3 +272,74 @@ def test_the_prefix_gate_compares_with_the_outputs_the_variant_measured(
     assert record["max_abs_diff"] == pytest.approx(1.0, abs=1e-4) and record["passed"] is False
     # every query's rows share a prefix here, so the whole-row graph is not even opened
     assert whole_path not in opened and len(opened) == 1
+
+
+def _prefix_checks() -> dict[str, dict[str, Any]]:
+    """The prefix-path entries of this session's choice cache (tests/conftest.py isolates it)."""
+    from onnxrank.engine.runtime import default_choice_cache
+
+    choices = json.loads(default_choice_cache().read_text())
+    return {key: entry for key, entry in choices.items() if key.endswith("/prefix")}
+
+
+def test_the_prefix_path_is_checked_once_per_machine(
+        recipe_name: str, recipe_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load measures how far one query's rows move with their batch mates through the
+    prefix graph, at the padding multiple its whole-row check chose, caches it beside that
+    check, and the next load reads it instead of measuring again."""
+    from onnxrank.engine import runtime
+
+    options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
+    first = Reranker.from_dir(recipe_model_dir, **options)
+    assert first.uses_prefix_graph
+    checks = [entry for entry in _prefix_checks().values()
+              if entry["model"] == load_model_spec(recipe_model_dir).name
+              and entry["prefix_check"] == "openvino/int8"]
+    assert checks, recipe_name
+    for check in checks:
+        assert check["pad_to_multiple"] == first.device_info.batch_invariant_multiple
+        assert 0.0 <= check["moved"] <= BATCH_DEPENDENCE_BOUND, f"{recipe_name}: {check}"
+
+    def measured_again(*args: object, **kwargs: object) -> float:
+        raise AssertionError("the cached prefix check was measured again")
+
+    monkeypatch.setattr(runtime, "prefix_batch_movement", measured_again)
+    assert Reranker.from_dir(recipe_model_dir, **options).uses_prefix_graph
+
+
+def test_the_prefix_check_measures_one_querys_rows_alone_and_together(
+        recipe_fp32: Reranker) -> None:
+    from onnxrank.engine.prefix import PrefixGraph, prefix_batch_movement
+
+    graph = recipe_fp32._prefix_graph
+    assert isinstance(graph, PrefixGraph)
+    pad = recipe_fp32.spec.pad_token_id
+    rows = recipe_fp32.probe_rows(recipe_fp32.spec, recipe_fp32.tokenizer, 37)[:6]
+    # fp32 through onnxruntime: padding and batch mates change nothing beyond rounding
+    assert prefix_batch_movement(graph, rows, pad, 8, recipe_fp32.max_length) <= 1e-5
+    with pytest.raises(ValueError, match="needs rows"):
+        prefix_batch_movement(graph, [], pad, 8, recipe_fp32.max_length)
+    with pytest.raises(ValueError, match="padding multiple must be >= 1"):
+        prefix_batch_movement(graph, rows, pad, 0, recipe_fp32.max_length)
+
+
+def test_prefix_reuse_is_off_where_the_prefix_path_moves_beyond_the_bound(
+        recipe_name: str, recipe_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A bound no measurement meets (below 0): with precision="auto" the load logs why and the
+    whole rows run; an explicit precision keeps the prefix graph, as for the whole-row check."""
+    from onnxrank.engine import runtime
+
+    monkeypatch.setattr(runtime, "BATCH_DEPENDENCE_BOUND", -1.0)
+    with caplog.at_level(logging.WARNING):
+        auto = Reranker.from_dir(recipe_model_dir, device="cpu", threads=1)
+    assert not auto.uses_prefix_graph, recipe_name
+    assert "prefix reuse is off: through the prefix graph" in caplog.text
+    info = auto.device_info
+    explicit = Reranker.from_dir(recipe_model_dir, device="cpu", threads=1,
+                                 backend=info.backend, precision=info.precision)
+    assert explicit.uses_prefix_graph, recipe_name
+    pairs = prefix_pairs()[:4]
+    whole = Reranker.from_dir(recipe_model_dir, device="cpu", threads=1, backend=info.backend,
+                              precision=info.precision, prefix_reuse=False)
+    assert np.array_equal(auto.score(pairs), whole.score(pairs))
