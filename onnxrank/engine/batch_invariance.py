@@ -77,9 +77,10 @@ def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],
     up to `multiple`, and all rows run as one batch padded one multiple past the longest (capped
     at `max_length`), as a share of the batch outputs' standard deviation.
 
-    `unpadded_tokens` leading tokens of every row are fed apart and never padded (a decoder's
-    shared prefix, onnxrank.engine.prefix): the lengths padded, and handed to `feeds_at`, are
-    the rows' lengths past them.
+    `unpadded_tokens` leading tokens of every row are fed apart (a decoder's shared prefix,
+    onnxrank.engine.prefix): the whole rows' padded lengths are chosen as above, and `feeds_at`
+    gets them less those tokens, as the engine plans prefix batches
+    (batching.plan_batches' `leading_tokens`).
 
     Raises:
         ValueError: No rows, or a multiple below 1.
@@ -88,14 +89,13 @@ def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],
         raise ValueError("the batch check needs rows, got none")
     if multiple < 1:
         raise ValueError(f"the padding multiple must be >= 1, got {multiple}")
-    lengths = [len(row.ids) - unpadded_tokens for row in rows]
-    cap = max_length - unpadded_tokens
-    longest = min(round_up(max(lengths), multiple) + multiple, cap)
-    together = np.asarray(run(feeds_at(rows, longest)), dtype=np.float64).reshape(len(rows), -1)
+    longest = min(round_up(max(len(row.ids) for row in rows), multiple) + multiple, max_length)
+    together = np.asarray(run(feeds_at(rows, longest - unpadded_tokens)),
+                          dtype=np.float64).reshape(len(rows), -1)
     alone = np.stack([
-        np.asarray(run(feeds_at([row], min(round_up(length, multiple), cap))),
-                   dtype=np.float64).reshape(-1)
-        for row, length in zip(rows, lengths, strict=True)])
+        np.asarray(run(feeds_at([row], min(round_up(len(row.ids), multiple), max_length)
+                                - unpadded_tokens)), dtype=np.float64).reshape(-1)
+        for row in rows])
     largest = float(np.abs(alone - together).max())
     spread = float(together.std())
     if spread == 0.0:

@@ -68,14 +68,15 @@ def plan_engine_batches(lengths: NDArray[np.integer] | list[int], config: Engine
                         reserved_tokens: int = 0) -> list[Batch]:
     """`plan_batches` with an engine's settings (token budget, batch size), its runner's padding
     multiple and per-run charge: every model (reranker, embedder) plans its runs the same way.
-    `reserved_tokens` come off each batch's budget: tokens every row's attention reads besides
-    its own (a decoder's shared prefix, onnxrank.engine.prefix)."""
+    `reserved_tokens` are the positions every row's attention reads before its own (a decoder's
+    shared prefix, onnxrank.engine.prefix): they come off each batch's budget, and count in the
+    length that is padded to the multiple (`plan_batches`' `leading_tokens`)."""
     charge = run_overhead_tokens(runner.info.device, config.max_batch_tokens,
                                  runner.cpu_run_overhead_tokens)
     return plan_batches(lengths, max_batch_tokens=config.max_batch_tokens - reserved_tokens,
                         max_batch_size=config.max_batch_size, sort_by_length=sort_by_length,
                         pad_to_multiple=padding_multiple(config, runner),
-                        batch_overhead_tokens=charge)
+                        batch_overhead_tokens=charge, leading_tokens=reserved_tokens)
 
 
 def plan_batches(
@@ -86,10 +87,16 @@ def plan_batches(
     sort_by_length: bool = True,
     pad_to_multiple: int = 1,
     batch_overhead_tokens: int = 0,
+    leading_tokens: int = 0,
 ) -> list[Batch]:
     """Cut rows into batches of at most `max_batch_tokens` padded tokens and `max_batch_size` rows.
 
     A batch's cost is ``padded_length * n_rows`` (every row is padded to the batch's longest).
+    Each row is padded so that `leading_tokens` (positions before the rows, fed apart: a
+    decoder's cached prefix) plus its padded length is a multiple of `pad_to_multiple`: the
+    attention then sees the same block layout as the whole row padded alone. On the Qwen3-0.6B
+    shape's int8+bf16 prefix graph (88-token prefix), padding the rows' own 38-151 tokens to
+    16 moved a score with its batch mates by 0.0035 x the spread; padding prefix plus rows, by 0.
 
     1. ``sort_by_length=True``: rows are ordered by token length (stable, so ties keep input
        order), then cut where it minimises the padded tokens run plus `batch_overhead_tokens`
@@ -106,7 +113,8 @@ def plan_batches(
             f"{max_batch_tokens}, {max_batch_size}, {pad_to_multiple}"
         )
     row_lengths = np.asarray(lengths, dtype=np.int64)
-    padded: NDArray[np.int64] = -(-row_lengths // pad_to_multiple) * pad_to_multiple
+    padded: NDArray[np.int64] = (-(-(row_lengths + leading_tokens) // pad_to_multiple)
+                                 * pad_to_multiple - leading_tokens)
     if not sort_by_length:
         return _cut_greedily(np.arange(len(row_lengths)), padded, max_batch_tokens, max_batch_size)
     order = np.argsort(row_lengths, kind="stable")

@@ -155,3 +155,24 @@ def test_a_batch_runs_its_padded_rows_and_its_prefix_where_it_computes_it() -> N
                  runs_prefix=True).tokens == 3 * 16 + 40
     # a later batch of the query reads the prefix's cache: it runs only its rows
     assert Batch(rows=np.arange(3), padded_length=16, prefix_length=40).tokens == 3 * 16
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rows_after_leading_tokens_pad_the_whole_length_to_the_multiple(seed: int) -> None:
+    """A decoder's prefix batch: the cached prefix (leading tokens) plus each batch's padded
+    length is a multiple, the same layout a whole row gets, and the plan is otherwise the
+    whole rows' (same cuts, shifted by the prefix)."""
+    rng = np.random.default_rng(seed)
+    prefix = int(rng.integers(1, 120))
+    lengths = rng.integers(1, 300, size=40).tolist()
+    settings = {"max_batch_tokens": 4096, "max_batch_size": 16, "pad_to_multiple": 16,
+                "batch_overhead_tokens": 64}
+    batches = plan_batches(lengths, leading_tokens=prefix, **settings)
+    assert sorted(row for batch in batches for row in batch.rows.tolist()) == list(range(40))
+    for batch in batches:
+        longest = max(lengths[row] for row in batch.rows)
+        assert (prefix + batch.padded_length) % 16 == 0
+        assert longest <= batch.padded_length < longest + 16
+    # unchanged without leading tokens: padded to the multiple on the rows' own lengths
+    assert [b.padded_length % 16 for b in plan_batches(lengths, **settings)] == \
+        [0] * len(plan_batches(lengths, **settings))
