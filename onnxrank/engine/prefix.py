@@ -152,16 +152,17 @@ def prefix_batch_movement(graph: PrefixGraph, rows: Sequence[EncodedRow], pad_to
                           multiple: int, max_length: int) -> float:
     """How far one query's rows move with their batch mates through the prefix graph:
     batch_invariance.batch_movement of the rows past their shared prefix (the cache computed
-    once), each alone and all as one batch, as a share of the scores' spread.
+    once), each alone and all as one batch, as a share of the scores' spread; 0 for rows that
+    share no token, which run through the whole-row graph (`run_with_prefix`).
 
     Raises:
-        ValueError: No rows, rows that share no prefix, or a multiple below 1.
+        ValueError: No rows, or a multiple below 1.
     """
     if not rows:
         raise ValueError("the batch check needs rows, got none")
     prefix = shared_prefix_length(rows)
     if prefix == 0:
-        raise ValueError("the prefix check needs rows of one query (they share no prefix)")
+        return 0.0
     return batch_movement(
         graph.plan_run(), lambda batch, length: prefix_feeds(batch, pad_token_id, length, prefix),
         rows, multiple, max_length, unpadded_tokens=prefix)

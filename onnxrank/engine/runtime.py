@@ -37,7 +37,7 @@ from onnxrank.engine.batch_invariance import (
     BatchInvariance,
     measure_batch_invariance,
 )
-from onnxrank.engine.batching import DEFAULT_PAD_MULTIPLE
+from onnxrank.engine.batching import padding_multiple
 from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import cpu_model, resolve_device, usable_cpus
 from onnxrank.engine.first_use import export_once, exportable
@@ -618,8 +618,8 @@ class _Opener:
 
 
 def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
-                      config: EngineConfig, rows: Callable[[int], Sequence[EncodedRow]], *,
-                      choice_cache: Path | None = None) -> PrefixGraph | None:
+                      config: EngineConfig,
+                      rows: Callable[[int], Sequence[EncodedRow]]) -> PrefixGraph | None:
     """The prefix graph (onnxrank.engine.prefix) of the variant `runner` runs, opened the same
     way (backend, precision, device, threads), or None: `config.prefix_reuse` is off, the
     variant has no prefix graph that passed its gate at this precision (its own record for a
@@ -627,8 +627,8 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
     one from before the prefix cache (logged: the whole rows serve until it is exported again),
     or, with ``precision="auto"``, one query's rows (`rows`, the probe's) move with their batch
     mates through it beyond BATCH_DEPENDENCE_BOUND x their spread on this machine (logged;
-    measured once per machine at the runner's padding multiple and cached in `choice_cache`,
-    default_choice_cache() for None; not measured where the settings name the padding, as for
+    measured once per machine at the runner's padding multiple and cached with the runtime
+    choices, default_choice_cache(); not measured where the settings name the padding, as for
     the whole rows).
 
     Raises:
@@ -658,7 +658,7 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
         return None
     if config.pad_to_multiple is not None:
         return prefix_graph
-    moved = _prefix_check(spec, prefix_graph, runner, rows, choice_cache or default_choice_cache())
+    moved = _prefix_check(spec, prefix_graph, runner, rows, padding_multiple(config, runner))
     if config.precision == "auto" and moved > BATCH_DEPENDENCE_BOUND:
         logger.warning(
             "prefix reuse is off: through the prefix graph, %s/%s's scores move with their batch "
@@ -670,12 +670,12 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
 
 
 def _prefix_check(spec: ModelSpec, graph: PrefixGraph, runner: ModelRunner,
-                  rows: Callable[[int], Sequence[EncodedRow]], cache: Path) -> float:
+                  rows: Callable[[int], Sequence[EncodedRow]], multiple: int) -> float:
     """How far one query's rows move with their batch mates through `graph`, as a share of their
-    spread (onnxrank.engine.prefix.prefix_batch_movement) at the multiple `runner`'s batches are
-    padded to: cached per machine beside the whole rows' check."""
+    spread (onnxrank.engine.prefix.prefix_batch_movement) at `multiple`, the one the engine's
+    batches are padded to: cached per machine beside the whole rows' check."""
     info = runner.info
-    multiple = info.batch_invariant_multiple or DEFAULT_PAD_MULTIPLE
+    cache = default_choice_cache()
     fingerprint = machine_fingerprint(info.threads)
     candidate = Candidate(info.backend, info.precision, info.variant)
     key = _choice_key(spec, Device(info.device), [candidate], fingerprint) + "/prefix"
