@@ -409,10 +409,13 @@ def _read_choices(path: Path) -> dict[str, dict[str, object]]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_choice(path: Path, key: str, entry: dict[str, object]) -> None:
+def _write_choice(path: Path, key: str, spec: ModelSpec, fingerprint: dict[str, str],
+                  entry: dict[str, object]) -> None:
+    """Cache `entry` under `key`, stamped with the model, the machine and the time measured."""
     with _cache_lock:
         choices = _read_choices(path)
-        choices[key] = entry
+        choices[key] = {**entry, "model": spec.name, "fingerprint": fingerprint,
+                        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{path.name}.{os.getpid()}")
@@ -520,11 +523,8 @@ def _open_checked(spec: ModelSpec, candidate: Candidate, opener: _Opener,
     check = _read_check(entry.get("batch_check")) if isinstance(entry, dict) else None
     if check is None:
         check = _batch_check(spec, runner, rows)
-        _write_choice(cache, key, {
-            "choice": candidate.label, "batch_check": _check_record(check), "model": spec.name,
-            "fingerprint": fingerprint,
-            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        })
+        _write_choice(cache, key, spec, fingerprint,
+                      {"choice": candidate.label, "batch_check": _check_record(check)})
     return _with_check(runner, check)
 
 
@@ -579,11 +579,9 @@ def _choose_by_probe(spec: ModelSpec, candidates: list[Candidate], opener: _Open
                 f"({moved.describe()}), above the bound of {BATCH_DEPENDENCE_BOUND:g} x the "
                 "spread (ask for it explicitly to run it)"
                 for label, moved in checks.items() if label != choice]
-    _write_choice(cache, key, {
+    _write_choice(cache, key, spec, fingerprint, {
         "choice": choice, "probe_ms": times, "score": scores, "rule": PROBE_RULE,
         "batch_check": None if check is None else _check_record(check), "left_out": left_out,
-        "model": spec.name, "fingerprint": fingerprint,
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     })
     runner = runners[choice].with_info(reason=(
         f"fastest when probed now ({_describe_times(times)}; validation pairs as batches of "
@@ -628,8 +626,8 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
     or, with ``precision="auto"``, one query's rows (`rows`, the probe's) move with their batch
     mates through it beyond BATCH_DEPENDENCE_BOUND x their spread on this machine (logged;
     measured once per machine at the runner's padding multiple and cached with the runtime
-    choices, default_choice_cache(); not measured where the settings name the padding, as for
-    the whole rows).
+    choices, default_choice_cache(); not measured where the settings name the precision or the
+    padding).
 
     Raises:
         ModelLoadError: The prefix graph is missing, modified or cannot be loaded.
@@ -656,10 +654,11 @@ def open_prefix_graph(spec: ModelSpec, model_dir: Path, runner: ModelRunner,
     except ModelLoadError as err:
         logger.warning("prefix reuse is off: %s", err)
         return None
-    if config.pad_to_multiple is not None:
+    # the check only gates: a named precision or padding is used as asked, unmeasured
+    if config.precision != "auto" or config.pad_to_multiple is not None:
         return prefix_graph
     moved = _prefix_check(spec, prefix_graph, runner, rows, padding_multiple(config, runner))
-    if config.precision == "auto" and moved > BATCH_DEPENDENCE_BOUND:
+    if moved > BATCH_DEPENDENCE_BOUND:
         logger.warning(
             "prefix reuse is off: through the prefix graph, %s/%s's scores move with their batch "
             "mates by %.2g x their spread on this machine, above the bound of %g x the spread "
@@ -686,11 +685,8 @@ def _prefix_check(spec: ModelSpec, graph: PrefixGraph, runner: ModelRunner,
         return float(cached)
     check_rows = [row for tokens in CHECK_TOKENS for row in rows(tokens)[:CHECK_ROWS_PER_LENGTH]]
     moved = prefix_batch_movement(graph, check_rows, spec.pad_token_id, multiple, spec.max_length)
-    _write_choice(cache, key, {
-        "prefix_check": candidate.label, "pad_to_multiple": multiple, "moved": moved,
-        "model": spec.name, "fingerprint": fingerprint,
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })
+    _write_choice(cache, key, spec, fingerprint,
+                  {"prefix_check": candidate.label, "pad_to_multiple": multiple, "moved": moved})
     return moved
 
 

@@ -284,17 +284,19 @@ def _prefix_checks() -> dict[str, dict[str, Any]]:
 
 def test_the_prefix_path_is_checked_once_per_machine(
         recipe_name: str, recipe_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The load measures how far one query's rows move with their batch mates through the
-    prefix graph, at the padding multiple its whole-row check chose, caches it beside that
-    check, and the next load reads it instead of measuring again."""
+    """With precision="auto" the load measures how far one query's rows move with their batch
+    mates through the prefix graph, at the padding multiple its whole-row check chose, caches it
+    beside that check, and the next load reads it instead of measuring again; a named precision
+    is not measured."""
     from onnxrank.engine import runtime
 
-    options = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1}
+    options = {"device": "cpu", "threads": 1}
     first = Reranker.from_dir(recipe_model_dir, **options)
     assert first.uses_prefix_graph
+    info = first.device_info
     checks = [entry for entry in _prefix_checks().values()
               if entry["model"] == load_model_spec(recipe_model_dir).name
-              and entry["prefix_check"] == "openvino/int8"]
+              and entry["prefix_check"] == f"{info.backend}/{info.precision}"]
     assert checks, recipe_name
     for check in checks:
         assert check["pad_to_multiple"] == first.device_info.batch_invariant_multiple
@@ -305,6 +307,8 @@ def test_the_prefix_path_is_checked_once_per_machine(
 
     monkeypatch.setattr(runtime, "prefix_batch_movement", measured_again)
     assert Reranker.from_dir(recipe_model_dir, **options).uses_prefix_graph
+    assert Reranker.from_dir(recipe_model_dir, device="cpu", threads=2, backend=info.backend,
+                             precision=info.precision).uses_prefix_graph
 
 
 def test_the_prefix_check_measures_one_querys_rows_alone_and_together(
