@@ -112,6 +112,8 @@ def plan_batches(
             "max_batch_tokens, max_batch_size and pad_to_multiple must be >= 1, got "
             f"{max_batch_tokens}, {max_batch_size}, {pad_to_multiple}"
         )
+    if leading_tokens < 0:
+        raise ValueError(f"leading_tokens must be >= 0, got {leading_tokens}")
     row_lengths = np.asarray(lengths, dtype=np.int64)
     padded: NDArray[np.int64] = (-(-(row_lengths + leading_tokens) // pad_to_multiple)
                                  * pad_to_multiple - leading_tokens)

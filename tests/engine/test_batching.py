@@ -131,6 +131,8 @@ def test_empty_and_bad_settings() -> None:
         "max_batch_tokens, max_batch_size and pad_to_multiple must be >= 1, got 0, 8, 1"
     )):
         plan_batches([3], max_batch_tokens=0, max_batch_size=8)
+    with pytest.raises(ValueError, match=re.escape("leading_tokens must be >= 0, got -1")):
+        plan_batches([3], max_batch_tokens=512, max_batch_size=8, leading_tokens=-1)
 
 
 def test_cpu_plans_by_its_runtimes_charge_and_cuda_by_run_count() -> None:
