@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.calibration_statistics import StatisticsReuse
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
 from onnxrank.export.quantize import (
     activation_matmuls,
@@ -83,24 +84,24 @@ class OvInt8Settings:
 
 
 # Tried in order, choosing on the tuning part of the validation pairs; the first that meets the
-# int8 thresholds there is kept, and every attempt is recorded in the manifest.
-# 1. NNCF's transformer defaults (SmoothQuant at its default alpha).
-# 2. The same with the classification head (pooler dense and classifier) in fp32: a cross-encoder's
-#    head amplifies small [CLS] differences, so its int8 rounding costs the most. On the stand-in
-#    (tuning pairs, research/ov_int8_study.py) this alone lifts Spearman from 0.961 to 0.981, while
-#    weaker SmoothQuant (alpha 0.5: 0.938), SmoothQuant off (0.959), every feed-forward block in
-#    fp32 (0.968) or attention's activation products in fp32 (0.962) do not.
-# 3. Head and every feed-forward down-projection in fp32, the outlier input channels of the other
-#    weight MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8
-#    (rung 5: 32%). On the stand-in its int8 run passes (per-query Spearman 0.984) where the same
-#    without the split (0.975) and the split with every down-projection int8 (0.972) do not; its
+# int8 thresholds there is kept, and every attempt is recorded in the manifest. No rung quantizes a
+# cross-encoder's classification head (pooler dense and classifier): it runs once per pair, under
+# 0.1% of a 128-token pair's FLOPs, so int8 there buys no speed, and it turns small [CLS]
+# differences into the score (on the stand-in, tuning pairs, NNCF's defaults: pooled Spearman
+# 0.961 with it in int8, 0.981 in fp32; research/ov_int8_study.py).
+# 1. NNCF's transformer defaults (SmoothQuant at its default alpha) for the encoder.
+# 2. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
+#    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 4:
+#    32%). On the stand-in its int8 run passes (per-query Spearman 0.984) where the same without
+#    the split (0.975) and the split with every down-projection int8 (0.972) do not; its
 #    int8+bf16 run misses (0.979), so on a CPU with BF16 the ladder goes on (run_ladder).
-# 4. Head and the top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
-# 5. Head and every feed-forward block in fp32.
-# 6. The last resort: also attention's activation products in fp32, leaving the QKV and attention
+# 3. The top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
+# 4. Every feed-forward block in fp32.
+# 5. The last resort: also attention's activation products in fp32, leaving the QKV and attention
 #    output projections int8.
+# Rungs 1, 3, 4 and 5 quantize one graph, so they share NNCF's calibration passes
+# (onnxrank.export.calibration_statistics); rung 2's split graph collects its own.
 DEFAULT_OV_INT8_RECIPES = (
-    OvInt8Settings(),
     OvInt8Settings(fp32_head=True),
     OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=12, outlier_channel_ratio=6.0),
     OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=3, fp32_ffn_down_layers=3),
@@ -115,8 +116,9 @@ def distinct_ov_recipes(recipes: Sequence[OvInt8Settings], *, task: ExportTask,
                         layers: int) -> tuple[OvInt8Settings, ...]:
     """`recipes` as they apply to this model, repeats dropped.
 
-    Layer counts are capped at the model's layers, and a task without a classification head
-    (embedding) clears ``fp32_head`` (rung 2 then equals rung 1 and is tried once).
+    Layer counts are capped at the model's layers (on a model of 3 layers or fewer, "the top 3
+    layers' blocks" and "every block" are one rung, tried once), and a task without a
+    classification head (embedding) clears ``fp32_head``.
     """
     fitted = (replace(recipe, fp32_head=recipe.fp32_head and task.has_head,
                       fp32_ffn_up_layers=min(recipe.fp32_ffn_up_layers, layers),
@@ -140,6 +142,7 @@ def quantize_openvino_int8(
     settings: OvInt8Settings,
     calibration: Sequence[dict[str, np.ndarray]],
     layers: int,
+    statistics: StatisticsReuse | None = None,
 ) -> dict[str, Any]:
     """Write ``out_path`` (.xml) and its .bin and return the manifest's ``quantization`` entry.
 
@@ -149,6 +152,8 @@ def quantize_openvino_int8(
         settings: SmoothQuant strength and fp32 layers.
         calibration: Calibration inputs, one unpadded row per item (name -> int64 [1, length]).
         layers: The model's encoder layers (caps fp32_ffn_up_layers).
+        statistics: The ladder's calibration statistics, reused from its earlier rungs where
+            the graph is the same (None: a fresh one, collecting every pass).
 
     Raises:
         ValueError: No calibration items, or `out_path` does not end in .xml.
@@ -163,6 +168,7 @@ def quantize_openvino_int8(
     up = min(settings.fp32_ffn_up_layers, layers)
     down = min(settings.fp32_ffn_down_layers, layers)
     kept_fp32 = _kept_fp32(fp32_path, settings, up=up, down=down)
+    statistics = statistics or StatisticsReuse()
     with tempfile.TemporaryDirectory(dir=Path(out_path).parent, prefix=".ov-int8-") as scratch:
         source, outliers = Path(fp32_path), None
         if settings.outlier_channel_ratio is not None:
@@ -171,7 +177,7 @@ def quantize_openvino_int8(
                                               ratio=settings.outlier_channel_ratio, skip=kept_fp32)
             kept_fp32 += [name + SIDE_PATH_SUFFIX for name in outliers]
         overflow_fix = _quantize(openvino.Core().read_model(str(source)), out_path, settings,
-                                 calibration, kept_fp32)
+                                 calibration, kept_fp32, statistics)
     logger.info("quantized %s -> %s with NNCF (%s)", fp32_path.name, out_path.name, settings)
     return {
         "method": "static (NNCF post-training quantization)",
@@ -196,6 +202,9 @@ def quantize_openvino_int8(
             "data": "onnxrank/data/calibration_pairs.jsonl (disjoint from the validation pairs)",
             "items": len(calibration),
             "rows_per_item": 1,
+            # NNCF's passes over the items: run here, or taken from an earlier rung on the same
+            # graph (onnxrank.export.calibration_statistics)
+            "statistics_passes": dict(statistics.passes),
         },
     }
 
@@ -216,9 +225,10 @@ def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, i
 
 
 def _quantize(model: Any, out_path: Path, settings: OvInt8Settings,
-              calibration: Sequence[dict[str, np.ndarray]], kept_fp32: list[str]) -> str:
-    """nncf.quantize `model` with `settings`, `kept_fp32` as its ignored scope; save the IR.
-    Returns the overflow fix used (NNCF's name)."""
+              calibration: Sequence[dict[str, np.ndarray]], kept_fp32: list[str],
+              statistics: StatisticsReuse) -> str:
+    """nncf.quantize `model` with `settings`, `kept_fp32` as its ignored scope (through
+    `statistics`); save the IR. Returns the overflow fix used (NNCF's name)."""
     openvino = require("openvino", extra="openvino")
     nncf = require("nncf", extra="export")
     from nncf.quantization.advanced_parameters import (
@@ -233,11 +243,10 @@ def _quantize(model: Any, out_path: Path, settings: OvInt8Settings,
         advanced = AdvancedQuantizationParameters(
             overflow_fix=overflow_fix,
             smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=settings.smooth_quant_alpha))
-    quantized = nncf.quantize(
+    quantized = statistics.quantize(
         model,
-        nncf.Dataset(list(calibration)),
+        calibration,
         model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=len(calibration),
         # OpenVINO keeps ONNX node names, except that a Gemm becomes "<name>/WithoutBiases"
         # (MatMul) plus an Add: the pattern matches either form
         ignored_scope=nncf.IgnoredScope(patterns=[

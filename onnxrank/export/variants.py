@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from onnxrank.export.calibration_statistics import StatisticsReuse
 from onnxrank.export.context import BuiltVariant, ExportContext
 from onnxrank.export.gate import bf16_runs, gate_on_thresholds, validate_file
 from onnxrank.export.ladder import Rung, run_ladder
@@ -135,12 +136,14 @@ def ov_int8_rungs(context: ExportContext) -> list[Rung]:
     """The OpenVINO int8 ladder (NNCF, calibrated one row per item)."""
     items = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
     recipes = distinct_ov_recipes(context.ov_int8, task=context.task, layers=context.layers)
+    statistics = StatisticsReuse()  # the rungs on one graph share NNCF's calibration passes
     # static scales do not follow the batch; what still moves with the padded shape is float
     # rounding, as in OpenVINO's bf16 on model.onnx, which the fidelity gate judges
     # (onnxrank.engine.runtime.gate_refusal)
     return [Rung(recipe, partial(quantize_openvino_int8, fp32_path=context.paths["fp32"],
                                  out_path=context.paths["ov_int8"], settings=recipe,
-                                 calibration=items, layers=context.layers),
+                                 calibration=items, layers=context.layers,
+                                 statistics=statistics),
                  batch_dependent=False)
             for recipe in recipes]
 

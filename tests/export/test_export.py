@@ -592,11 +592,12 @@ def test_openvino_int8_ladder_and_the_nodes_it_keeps_fp32(tiny_model_dir: Path) 
     assert len(activation_matmuls(plain)) == 4  # query x key and probabilities x value, 2 layers
     assert head_projections(plain) == ["/model/bert/pooler/dense/Gemm", "/model/classifier/Gemm"]
     rungs = distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=RERANK, layers=2)
+    # no rung quantizes the head; on 2 layers "the top 3 layers' blocks" are every block
     assert [(r.fp32_head, r.fp32_ffn_up_layers, r.fp32_ffn_down_layers, r.outlier_channel_ratio,
              r.fp32_attention_products) for r in rungs] == [
-        (False, 0, 0, None, False), (True, 0, 0, None, False), (True, 0, 2, 6.0, False),
-        (True, 2, 2, None, False), (True, 2, 2, None, True)]
-    # an embedder has no head: the head rung equals the first and is tried once
+        (True, 0, 0, None, False), (True, 0, 2, 6.0, False), (True, 2, 2, None, False),
+        (True, 2, 2, None, True)]
+    # an embedder has no head to keep
     assert [r.fp32_head for r in distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=EMBEDDING,
                                                      layers=2)] == [False, False, False, False]
     with pytest.raises(ValueError, match=re.escape("fp32_ffn_down_layers must be an int >= 0, got -2")):

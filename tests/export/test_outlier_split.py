@@ -10,28 +10,13 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxrank.engine.runtime import open_model_file, pad_rows
-from onnxrank.engine.spec import load_model_spec
-from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
+from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
 from onnxrank.export.quantize import head_projections
 from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
-from onnxrank.export.validate import load_calibration_pairs, load_validation_pairs
 
 # a random tiny model has no 6x outliers; a low ratio makes the rewrite happen
 RATIO = 1.5
-
-
-def _encoded(model_dir: Path, pairs: list) -> list:
-    spec = load_model_spec(model_dir)
-    return PairEncoder(load_tokenizer(spec, model_dir), spec.max_length).encode(
-        [(pair.query, pair.passage) for pair in pairs])
-
-
-@pytest.fixture(scope="module")
-def calibration(tiny_model_dir: Path) -> list[dict[str, np.ndarray]]:
-    pad = load_model_spec(tiny_model_dir).pad_token_id
-    return [pad_rows([row], pad) for row in _encoded(tiny_model_dir, load_calibration_pairs(32))]
 
 
 def _weight_matmuls(path: Path) -> dict[str, onnx.NodeProto]:
@@ -42,7 +27,7 @@ def _weight_matmuls(path: Path) -> dict[str, onnx.NodeProto]:
 
 
 def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
-        tiny_model_dir: Path, calibration: list, tmp_path: Path) -> None:
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
     fp32 = tiny_model_dir / "model.onnx"
     head = head_projections(fp32)
     skipped = sorted(_weight_matmuls(fp32))[0]
@@ -61,15 +46,13 @@ def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
     assert nodes[skipped].input[0] == _weight_matmuls(fp32)[skipped].input[0]
     assert not (tmp_path / f".probe-{out.name}").exists()
 
-    batch = pad_rows(_encoded(tiny_model_dir, load_validation_pairs(48)),
-                     load_model_spec(tiny_model_dir).pad_token_id)
-    plain = open_model_file(fp32, precision="fp32", threads=1).run(batch)
-    rewritten = open_model_file(out, precision="fp32", threads=1).run(batch)
+    plain = open_model_file(fp32, precision="fp32", threads=1).run(validation_batch)
+    rewritten = open_model_file(out, precision="fp32", threads=1).run(validation_batch)
     np.testing.assert_allclose(rewritten, plain, atol=1e-5, rtol=0)
 
 
 def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
-        tiny_model_dir: Path, calibration: list, tmp_path: Path) -> None:
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
     import openvino
 
     fp32 = tiny_model_dir / "model.onnx"
@@ -98,8 +81,7 @@ def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
     assert 0 < shares[0] < shares[1] < 1, shares
     assert not list(tmp_path.glob(".ov-int8-*"))  # the split graph was scratch
     runner = open_model_file(out, backend="openvino", precision="int8", threads=1)
-    scores = runner.run(pad_rows(_encoded(tiny_model_dir, load_validation_pairs(48)),
-                                 load_model_spec(tiny_model_dir).pad_token_id))
+    scores = runner.run(validation_batch)
     assert np.isfinite(scores).all() and scores.std() > 0
 
 
