@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -243,19 +244,34 @@ def _quantize(model: Any, out_path: Path, settings: OvInt8Settings,
         advanced = AdvancedQuantizationParameters(
             overflow_fix=overflow_fix,
             smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=settings.smooth_quant_alpha))
-    quantized = statistics.quantize(
-        model,
-        calibration,
-        model_type=nncf.ModelType.TRANSFORMER,
-        # OpenVINO keeps ONNX node names, except that a Gemm becomes "<name>/WithoutBiases"
-        # (MatMul) plus an Add: the pattern matches either form
-        ignored_scope=nncf.IgnoredScope(patterns=[
-            f"^{re.escape(name)}(/WithoutBiases)?$" for name in kept_fp32]) if kept_fp32 else None,
-        advanced_parameters=advanced,
-    )
+    with nncf_logs_at_onnxrank_level():
+        quantized = statistics.quantize(
+            model,
+            calibration,
+            model_type=nncf.ModelType.TRANSFORMER,
+            # OpenVINO keeps ONNX node names, except that a Gemm becomes "<name>/WithoutBiases"
+            # (MatMul) plus an Add: the pattern matches either form
+            ignored_scope=nncf.IgnoredScope(patterns=[
+                f"^{re.escape(name)}(/WithoutBiases)?$" for name in kept_fp32]) if kept_fp32 else None,
+            advanced_parameters=advanced,
+        )
     # compress_to_fp16=False: the float constants left (LayerNorm, biases, fp32 layers) stay fp32
     openvino.save_model(quantized, str(out_path), compress_to_fp16=False)
     return str(overflow_fix.value)
+
+
+@contextmanager
+def nncf_logs_at_onnxrank_level() -> Iterator[None]:
+    """Let NNCF log only what onnxrank's logger would: NNCF sets its own logger to INFO with a
+    stdout handler on import, so an export would print a line for every node it leaves
+    unquantized into `onnxrank export`'s output; ``--verbose`` shows them again."""
+    nncf_logger = logging.getLogger("nncf")
+    level = nncf_logger.level
+    nncf_logger.setLevel(max(level, logging.getLogger("onnxrank").getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        nncf_logger.setLevel(level)
 
 
 def weights_path(xml_path: Path) -> Path:
@@ -300,8 +316,9 @@ def compress_int8_weights(model: Any, kept_ops: Sequence[str]) -> Any:
     """
     nncf = require("nncf", extra="export")
     ignored = nncf.IgnoredScope(names=list(kept_ops), validate=False)
-    return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
-                                 ignored_scope=ignored)
+    with nncf_logs_at_onnxrank_level():
+        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
+                                     ignored_scope=ignored)
 
 
 def weight_only_record(kept_ops: Sequence[str], *, source: str,

@@ -4,6 +4,7 @@ afresh."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -90,3 +91,29 @@ def test_the_fingerprint_follows_the_weights_not_the_names(tiny_model_dir: Path)
     changed = openvino.opset13.constant(constant.get_data() + np.float32(0.5))
     constant.output(0).replace(changed.output(0))
     assert model_fingerprint(first) != model_fingerprint(second)
+
+
+def test_nncf_logs_only_what_onnxrank_would(tiny_model_dir: Path, calibration: list,
+                                            tmp_path: Path) -> None:
+    """NNCF logs each node it leaves unquantized at INFO on its own stdout handler: an export
+    shows them only when onnxrank's logger is at INFO (``--verbose``)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    nncf_logger, onnxrank_logger = logging.getLogger("nncf"), logging.getLogger("onnxrank")
+    nncf_level, onnxrank_level = nncf_logger.level, onnxrank_logger.level
+    nncf_logger.addHandler(handler)
+    shown = []
+    try:
+        for level in (logging.WARNING, logging.INFO):
+            onnxrank_logger.setLevel(level)
+            records.clear()
+            quantize_openvino_int8(fp32_path=tiny_model_dir / "model.onnx",
+                                   out_path=tmp_path / "model_ov_int8.xml", settings=WIDER[0],
+                                   calibration=calibration, layers=2)
+            shown.append(sum(record.levelno == logging.INFO for record in records))
+            assert nncf_logger.level == nncf_level  # put back
+    finally:
+        nncf_logger.removeHandler(handler)
+        onnxrank_logger.setLevel(onnxrank_level)
+    assert shown[0] == 0 and shown[1] > 0, shown
