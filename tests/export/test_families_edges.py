@@ -1,6 +1,7 @@
-"""The family machinery's edges: the [CLS]-only last layer against the full model, a model_type
-with no family module (fp32 only, said why), one that cannot be traced (fails naming what is
-missing), and a long-context family (its max_length kept, its windows working)."""
+"""The family machinery's edges: the [CLS]-only last layer against the full model, the reference's
+SDPA twin against the eager model, a model_type with no family module (fp32 only, said why), one
+that cannot be traced (fails naming what is missing), and a long-context family (its max_length
+kept, its windows working)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from onnxrank.bench.family_checkpoints import build_family_checkpoint
 from onnxrank.cli import main
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import family_for
+from onnxrank.export.families.base import sdpa_twin
 
 pytestmark = pytest.mark.costly(25)
 
@@ -42,6 +44,36 @@ def test_cls_only_last_layer_matches_the_full_model_where_applied(
         full, cls_only = model(**batch).logits, pruned(**batch).logits
     spread = float(full.max() - full.min())
     assert float((full - cls_only).abs().max()) <= 1e-5 * max(spread, 1.0)
+
+
+
+@pytest.mark.parametrize("family", CROSS_ENCODERS)
+def test_the_reference_twin_runs_sdpa_on_the_same_weights_and_scores_alike(
+        family: str, family_checkpoints: dict[str, Path]) -> None:
+    import torch
+    import transformers
+
+    checkpoint = family_checkpoints[family]
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, attn_implementation="eager").eval()
+    twin = sdpa_twin(model)
+    assert model.config._attn_implementation == "eager"  # the traced model is left as it was
+    if not type(model)._supports_sdpa:  # transformers 4.57 has no SDPA path for these two
+        assert family in ("deberta-v2", "electra") and twin is model
+        return
+    assert twin.config._attn_implementation == "sdpa"
+    assert all(mine.data_ptr() == its.data_ptr() for mine, its in
+               zip(model.state_dict(keep_vars=True).values(),
+                   twin.state_dict(keep_vars=True).values(), strict=True))
+    assert not any(buffer.is_meta for buffer in twin.buffers())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        eager, sdpa = model(**batch).logits, twin(**batch).logits
+    spread = float(eager.max() - eager.min())
+    assert spread > 0
+    assert float((eager - sdpa).abs().max()) <= 1e-5 * max(spread, 1.0)
 
 
 def test_unknown_family_exports_fp32_only_and_says_why(
