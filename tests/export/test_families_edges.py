@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,40 +23,44 @@ from onnxrank.export.families.base import sdpa_twin
 pytestmark = pytest.mark.costly(25)
 
 
-@pytest.mark.parametrize("family", CROSS_ENCODERS)
-def test_cls_only_last_layer_matches_the_full_model_where_applied(
-        family: str, family_checkpoints: dict[str, Path]) -> None:
+def _eager_model(checkpoint: Path) -> Any:
+    import transformers
+
+    return transformers.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, attn_implementation="eager").eval()
+
+
+def _agree(checkpoint: Path, model: Any, other: Any) -> None:
+    """`other` scores PAIRS (one padded batch) as `model` does, within 1e-5 of the score range."""
     import torch
     import transformers
 
-    checkpoint = family_checkpoints[family]
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        checkpoint, attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        expected, scores = model(**batch).logits, other(**batch).logits
+    spread = float(expected.max() - expected.min())
+    assert spread > 0
+    assert float((expected - scores).abs().max()) <= 1e-5 * max(spread, 1.0)
+
+
+@pytest.mark.parametrize("family", CROSS_ENCODERS)
+def test_cls_only_last_layer_matches_the_full_model_where_applied(
+        family: str, family_checkpoints: dict[str, Path]) -> None:
+    model = _eager_model(family_checkpoints[family])
     family_module = family_for(model.config)
     reason = family_module.cls_only_support(model)
     if reason is not None:
         assert family in ("modernbert", "deberta-v2"), reason
         return
-    pruned = family_module.cls_only_model(model)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
-                      return_tensors="pt")
-    with torch.inference_mode():
-        full, cls_only = model(**batch).logits, pruned(**batch).logits
-    spread = float(full.max() - full.min())
-    assert float((full - cls_only).abs().max()) <= 1e-5 * max(spread, 1.0)
-
+    _agree(family_checkpoints[family], model, family_module.cls_only_model(model))
 
 
 @pytest.mark.parametrize("family", CROSS_ENCODERS)
 def test_the_reference_twin_runs_sdpa_on_the_same_weights_and_scores_alike(
         family: str, family_checkpoints: dict[str, Path]) -> None:
-    import torch
-    import transformers
-
-    checkpoint = family_checkpoints[family]
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        checkpoint, attn_implementation="eager").eval()
+    model = _eager_model(family_checkpoints[family])
     twin = sdpa_twin(model)
     assert model.config._attn_implementation == "eager"  # the traced model is left as it was
     if not type(model)._supports_sdpa:  # transformers 4.57 has no SDPA path for these two
@@ -66,14 +71,7 @@ def test_the_reference_twin_runs_sdpa_on_the_same_weights_and_scores_alike(
                zip(model.state_dict(keep_vars=True).values(),
                    twin.state_dict(keep_vars=True).values(), strict=True))
     assert not any(buffer.is_meta for buffer in twin.buffers())
-    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
-                      return_tensors="pt")
-    with torch.inference_mode():
-        eager, sdpa = model(**batch).logits, twin(**batch).logits
-    spread = float(eager.max() - eager.min())
-    assert spread > 0
-    assert float((eager - sdpa).abs().max()) <= 1e-5 * max(spread, 1.0)
+    _agree(family_checkpoints[family], model, twin)
 
 
 def test_unknown_family_exports_fp32_only_and_says_why(
