@@ -90,14 +90,17 @@ class StatisticsReuse:
         options = {"subset_size": len(calibration), "model_type": model_type,
                    "ignored_scope": ignored_scope, "advanced_parameters": advanced_parameters}
         model = remove_friendly_name_duplicates(model)
-        if get_number_if_op(model) > 0:  # NNCF quantizes If bodies its own way
-            return nncf.quantize(model, dataset, **options)
         pipeline = create_ptq_pipeline(**options)
+        if get_number_if_op(model) > 0:  # NNCF quantizes If bodies its own way, every pass anew
+            self.passes["collected"] = len(pipeline.pipeline_steps)
+            return nncf.quantize(model, dataset, **options)
         for index in range(len(pipeline.pipeline_steps)):
             graph = build_graph(model)
             points = pipeline.get_statistic_points_for_step(index, model, graph)
             fingerprint = model_fingerprint(model)
-            if self._reuse(fingerprint, index, points):
+            if next(_collectors(points), None) is None:
+                pass  # nothing to measure: no pass over the items
+            elif self._reuse(fingerprint, index, points):
                 self.passes["reused"] += 1
             else:
                 points = collect_statistics(points, model, graph, dataset)
@@ -116,7 +119,7 @@ class StatisticsReuse:
 
     def _reuse(self, fingerprint: str, index: int, points: Any) -> bool:
         """Give every collector of `points` the aggregators collected at its point before;
-        False (nothing given) when one has none or there are none."""
+        False (nothing given) when one has none."""
         found = []
         for point, collector in _collectors(points):
             keys = set(collector.aggregators)
@@ -125,8 +128,6 @@ class StatisticsReuse:
             if match is None:
                 return False
             found.append((collector, match))
-        if not found:
-            return False
         for collector, match in found:
             for key, aggregator in match.aggregators.items():
                 collector.replace_aggregator(key, aggregator)
