@@ -73,7 +73,14 @@ class StatisticsReuse:
     def quantize(self, model: Any, calibration: Sequence[dict[str, np.ndarray]], *,
                  model_type: Any, ignored_scope: Any, advanced_parameters: Any) -> Any:
         """``nncf.quantize`` of an ``openvino.Model`` on every item of `calibration`, reusing the
-        statistics of earlier calls where they apply."""
+        statistics of earlier calls where they apply.
+
+        Raises:
+            ValueError: No calibration items.
+            MissingDependencyError: nncf (extra ``export``) is missing.
+        """
+        if not calibration:
+            raise ValueError("quantizing needs calibration items (one model input each); got none")
         nncf = require("nncf", extra="export")
         from nncf.common.factory import build_graph
         from nncf.openvino.graph.model_utils import remove_friendly_name_duplicates

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.calibration_statistics import StatisticsReuse, model_fingerprint
@@ -74,6 +75,16 @@ def test_another_graph_collects_its_own_passes(
         settings=OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=2, outlier_channel_ratio=1.5))
     assert record["outlier_channels"]["channels_per_matmul"]
     assert record["calibration"]["statistics_passes"] == {"collected": 2, "reused": 0}
+
+
+def test_no_calibration_items_is_refused_before_nncf_runs(tiny_model_dir: Path) -> None:
+    import openvino
+
+    model = openvino.Core().read_model(str(tiny_model_dir / "model.onnx"))
+    with pytest.raises(ValueError, match=re.escape(
+            "quantizing needs calibration items (one model input each); got none")):
+        StatisticsReuse().quantize(model, [], model_type=None, ignored_scope=None,
+                                   advanced_parameters=None)
 
 
 def test_the_fingerprint_follows_the_weights_not_the_names(tiny_model_dir: Path) -> None:
