@@ -77,7 +77,7 @@ def checkpoint_dir(spec: ModelSpec, model_dir: Path) -> Path:
 
 
 class SentenceTransformersBaseline:
-    """sentence-transformers CrossEncoder, PyTorch fp32, default batch size.
+    """sentence-transformers CrossEncoder (6.x), PyTorch fp32, default batch size.
 
     Args:
         spec: The exported model's manifest.
@@ -103,8 +103,13 @@ class SentenceTransformersBaseline:
                 "sentence-transformers baseline cannot run on cuda"
             )
         torch.set_num_threads(threads)
+        # fp32 whatever the checkpoint's dtype: transformers 5 (which sentence-transformers 6
+        # needs) loads a checkpoint in its saved dtype by default, a half-precision one in fp16
+        # or bf16 even on a CPU. The default activation is the checkpoint's own (6.x reads it from
+        # config_sentence_transformers.json, else sigmoid for one label), as a user gets it.
         self._model = sentence_transformers.CrossEncoder(
             str(path), device=device, max_length=spec.max_length, local_files_only=True,
+            model_kwargs={"dtype": torch.float32},
         )
         self.settings: dict[str, Any] = {
             "runtime": f"torch {torch.__version__}, sentence-transformers "
@@ -226,13 +231,13 @@ class FastembedBaseline:
             raise ModelLoadError(
                 f"the fastembed baseline needs {', '.join(missing)} in {model_dir}"
             )
-        fastembed = require("fastembed", extra="bench")
-        cross_encoder = require("fastembed.rerank.cross_encoder", extra="bench")
+        fastembed = require("fastembed", extra="fastembed")
+        cross_encoder = require("fastembed.rerank.cross_encoder", extra="fastembed")
         model_name = f"onnxrank-bench/{spec.name}-{variant}"
         registered = {model["model"].lower() for model in
                       cross_encoder.TextCrossEncoder.list_supported_models()}
         if model_name.lower() not in registered:
-            description = require("fastembed.common.model_description", extra="bench")
+            description = require("fastembed.common.model_description", extra="fastembed")
             # The source is never contacted: specific_model_path makes fastembed load from disk.
             cross_encoder.TextCrossEncoder.add_custom_model(
                 model=model_name, sources=description.ModelSource(hf=model_name),

@@ -1,6 +1,6 @@
 """Where a query's time goes: a per-operator profile of the runtime and variant the engine chose,
-at the batches the engine runs for a bench workload (docs/benchmarks.md, "Why the share is what it
-is")::
+at the batches the engine runs for a bench workload (docs/ceiling.md, "Explaining a
+share")::
 
     python -m onnxrank.bench.profile --model-dir models/minilm-standin --regime short --queries 8
 

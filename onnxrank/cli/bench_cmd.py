@@ -300,7 +300,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMMAND, "--out", default=str(DEFAULT_OUT),
              help="report directory (relative to the working directory)")
     add_flag(parser, COMMAND, "--budgets", default=str(DEFAULT_BUDGETS),
-             help="budgets file (TOML); see docs/benchmarks.md")
+             help="budgets file (TOML); see docs/budgets.md")
     add_flag(parser, COMMAND, "--queries", type=positive_int, default=None,
              help="the most queries a latency or retrieval-stages comparison measures (default: "
                   "40, or 2 with --quick); each stops sooner once its ratios are known to ±5%%, "

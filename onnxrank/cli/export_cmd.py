@@ -17,7 +17,7 @@ from onnxrank.export.fidelity import FidelityThresholds
 # These modules import only numpy, tokenizers and onnxruntime at the top (torch and transformers
 # are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
 # work without the export extra while the defaults below stay the library's own.
-from onnxrank.export.onnx import DEFAULT_OPSET
+from onnxrank.export.onnx import DEFAULT_OPSET, EXPORTERS
 from onnxrank.export.quantize import INT8_METHODS
 from onnxrank.export.recipes import BUILTIN_RECIPES
 from onnxrank.export.source import DEFAULT_REGISTRY
@@ -81,15 +81,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(export, "export", "--recipe", default=None, metavar="NAME|FILE.json",
              help="decoder rerankers (causal LMs such as Qwen3-Reranker): the scoring recipe, "
              f"a built-in name ({', '.join(BUILTIN_RECIPES)}) or a recipe file; default: the "
-             "built-in recipe of a known Hub id (see docs/export.md, Decoder rerankers)")
+             "built-in recipe of a known Hub id, or the one a sentence-transformers 6 "
+             "checkpoint stores (see docs/decoders.md)")
+    add_flag(export, "export", "--exporter", choices=EXPORTERS, default=None,
+             help="the torch exporter of the fp32 graph: torchscript (its graphs get "
+             "onnxruntime's fused attention) or dynamo (torch.export); default: the model "
+             "family's own, recorded in the manifest (see docs/export.md)")
     add_flag(export, "export", "--max-length", type=int, default=None,
              help="tokens per row recorded in the manifest; default 512 for rerankers, the "
              "sentence-transformers max_seq_length for embedders")
-    add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset")
+    add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET,
+             help="ONNX opset (the dynamo exporter writes 18 or above)")
     add_flag(export, "export", "--variants", default=",".join(VARIANT_NAMES),
              help="comma-separated variants to write; ov_int8 alone on a decoder converts "
              "the checkpoint in its own dtype straight to the int8 IR, with no fp32 copy (the "
-             "route for 4B/8B shapes; see docs/export.md, \"Memory\")")
+             "route for 4B/8B shapes; see docs/decoders.md, \"Memory\")")
     add_flag(export, "export", "--int8-method", choices=("auto", *INT8_METHODS),
              default="auto",
              help="onnxruntime int8: auto tries per_row (every encoder MatMul int8 with per-token "
@@ -237,6 +243,7 @@ def run_export(args: argparse.Namespace) -> int:
         registry_path=args.registry,
         seed=args.seed,
         recipe=args.recipe,
+        exporter=args.exporter,
     )
     result = export_model(request, show_progress=not args.quiet)
     if not args.quiet:

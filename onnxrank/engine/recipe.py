@@ -56,6 +56,11 @@ SCORES: dict[str, ScoreKind] = {
     "logit_difference": ScoreKind(
         ("yes_token", "no_token"), (1.0, -1.0), "none",
         "logits[:, 0] = logit(yes) - logit(no) at the last real token (the raw score)"),
+    # a sentence-transformers CrossEncoder whose LogitScore reads one token, under its default
+    # Sigmoid activation (onnxrank.export.recipes.sentence_transformers_recipe)
+    "yes_logit_sigmoid": ScoreKind(
+        ("yes_token",), (1.0,), "sigmoid",
+        "logits[:, 0] = logit(yes) at the last real token; sigmoid of it is the score"),
 }
 
 

@@ -95,7 +95,7 @@ class PairTemplate:
         """
         probes = [tokenizer.encode(text, add_special_tokens=False) for text in ("query", "document")]
         query, document = (probe.ids for probe in probes)
-        merged = tokenizer.post_process(*probes, add_special_tokens=True)
+        merged = tokenizer.post_process(probes[0], probes[1], add_special_tokens=True)
         unusable = ModelLoadError(
             "the tokenizer's post-processor does not place a pair as `specials query specials "
             f"document specials` (probe ids {merged.ids}); onnxrank cannot build its rows"

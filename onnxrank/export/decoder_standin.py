@@ -18,6 +18,7 @@ Their scores are NOT relevance scores (``relevance_trained: false`` in the marke
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import dataclass
@@ -32,11 +33,13 @@ logger = logging.getLogger(__name__)
 
 DecoderSize = Literal["tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b"]
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
-# Qwen/Qwen3-0.6B's config.json (the published one), minus the fields transformers fills itself.
+# Qwen/Qwen3-0.6B's config.json (the published one), minus the fields transformers fills itself;
+# its rope_theta as transformers 5 spells it (rope_parameters)
+ROPE_PARAMETERS: dict[str, Any] = {"rope_type": "default", "rope_theta": 1000000.0}
 QWEN3_06B_CONFIG: dict[str, Any] = {
     "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
     "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
-    "head_dim": 128, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+    "head_dim": 128, "max_position_embeddings": 40960, "rope_parameters": ROPE_PARAMETERS,
     "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False,
     "hidden_act": "silu", "initializer_range": 0.02, "use_sliding_window": False,
 }
@@ -50,7 +53,7 @@ QWEN3_8B_CONFIG: dict[str, Any] = {**QWEN3_06B_CONFIG, "hidden_size": 4096,
 TINY_CONFIG: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "max_position_embeddings": 2048, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 2048, "rope_parameters": ROPE_PARAMETERS, "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True, "attention_bias": False, "hidden_act": "silu",
     # 0.1: the yes/no logit gap varies across pairs (std 0.34 on the held-out pairs; a 0.02 init
     # gives 0.02, and fidelity numbers then measure rounding noise) while the model stays smooth
@@ -151,8 +154,9 @@ def build_decoder_checkpoint(out_dir: Path, *, size: DecoderSize = "tiny",
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         model_max_length=131072)
     fast.save_pretrained(str(out_dir))
-    fields = shape.config or {
-        **TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)}
+    # a copy: the config keeps the rope_parameters dict it is given
+    fields = copy.deepcopy(shape.config or {
+        **TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True)})
     config = transformers.Qwen3Config(
         **fields, bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from onnxrank.engine.spec import Activation
     from onnxrank.export.recipes import PromptRecipe
 
 
@@ -25,6 +26,8 @@ class LoadedModel:
         reference: sentence-transformers model for embedding validation, else None.
         relevance_trained: Whether scores are meaningful relevance (False for stand-ins).
         recipe: Decoder rerankers: the scoring recipe (onnxrank.export.recipes); else None.
+        stored_activation: The activation sentence-transformers stores for this checkpoint
+            (onnxrank.export.source.stored_activation), or None where it stores none.
     """
 
     model: Any
@@ -35,3 +38,4 @@ class LoadedModel:
     reference: Any
     relevance_trained: bool
     recipe: PromptRecipe | None = None
+    stored_activation: Activation | None = None

@@ -18,13 +18,13 @@ from onnxrank.errors import ExportError
 
 # Peak resident bytes of an export per byte of fp32 weights, above a fixed cost (interpreter,
 # torch, onnxruntime, OpenVINO, the tokenizer): a Qwen3-0.6B-shaped decoder's export peaked at
-# 13.7 GiB for 2.2 GiB of fp32 weights (docs/export.md, "Memory"). Small models' peaks are mostly
+# 13.7 GiB for 2.2 GiB of fp32 weights (docs/decoders.md, "Memory"). Small models' peaks are mostly
 # the fixed cost (the MiniLM stand-in: 5.0 GB), so for them this is a lower bound, which is all a
 # check that refuses must be.
 PEAK_PER_WEIGHT_BYTE = 5.3
 # The same for the weight-compressed route (onnxrank.export.direct_openvino), per byte of the
 # weights in the checkpoint's own dtype: a Qwen3-4B-shaped decoder in bfloat16 (7.5 GiB)
-# peaked at 18.5 GiB resident while validating its IR (docs/export.md, "Memory"). Of that, 11.7
+# peaked at 18.5 GiB resident while validating its IR (docs/decoders.md, "Memory"). Of that, 11.7
 # GiB were file pages (the mapped checkpoint and IR) and 7.7 GB private, so this is an upper
 # bound of what the kernel must find.
 DIRECT_PEAK_PER_WEIGHT_BYTE = 2.2

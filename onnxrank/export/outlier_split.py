@@ -11,7 +11,7 @@ outlier, and the MatMul becomes
 
 so the int8 path never sees the outliers, and the side path (node ``<name>/outliers``) stays fp32
 as an NNCF ignored scope. Scores are unchanged in fp32 (the two sums are the same products).
-docs/export.md ("OpenVINO int8") has the measurements behind the form and the ratio.
+results/export-runs.md has the measurements behind the form and the ratio.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _rewrite(model: Any, weights: dict[str, Any], outliers: dict[str, np.ndarray
             numpy_helper.from_array(channels.astype(np.int64), f"{name}/outlier_channels"),
             numpy_helper.from_array(weight[channels], f"{name}/outlier_weights")])
         side = name + SIDE_PATH_SUFFIX
-        # a Mul, not a Gather of the kept channels: OpenVINO runs it for less (docs/export.md)
+        # a Mul, not a Gather of the kept channels: OpenVINO runs it for less (results/export-runs.md)
         nodes += [
             helper.make_node("Mul", [source, f"{name}/keep_mask"], [f"{name}/kept"],
                              name=f"{name}/keep"),

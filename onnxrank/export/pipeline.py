@@ -11,11 +11,13 @@ built variant; there is no fp32 file.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +40,7 @@ from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.gate import gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
-from onnxrank.export.onnx import DEFAULT_OPSET
+from onnxrank.export.onnx import DEFAULT_OPSET, EXPORTERS, Exporter, exporter_opset
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
 from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
 from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
@@ -81,7 +83,7 @@ class ExportRequest:
         task: ``rerank`` or ``embedding``; None = from the registry, else ``rerank``.
         max_length: Token limit per row recorded in the manifest; None = 512 for rerankers, the
             sentence-transformers max_seq_length for embedders; capped by the position embeddings.
-        opset: ONNX opset of the export.
+        opset: ONNX opset of the export (at least 18 with the dynamo exporter).
         variants: Variants to keep (fp32, opt, int8, fp16, ov_int8).
         thresholds: Fidelity thresholds; a variant below them on the tuning or the held-out
             validation pairs fails the export.
@@ -99,6 +101,9 @@ class ExportRequest:
         seed: Seed for stand-in weights and head fitting.
         recipe: Decoder rerankers: a built-in scoring recipe's name or a recipe file (JSON);
             None = the built-in recipe of a known Hub id (onnxrank.export.recipes).
+        exporter: The torch exporter of the fp32 graph (onnxrank.export.onnx.EXPORTERS); None =
+            the family's own (``Family.exporters``' first). The manifest's ``family.exporter``
+            records the one used.
     """
 
     model: str = DEFAULT_MODEL
@@ -116,8 +121,11 @@ class ExportRequest:
     registry_path: Path = DEFAULT_REGISTRY
     seed: int = 0
     recipe: str | None = None
+    exporter: Exporter | None = None
 
     def __post_init__(self) -> None:
+        if self.exporter is not None and self.exporter not in EXPORTERS:
+            raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
         unknown = [name for name in self.variants if name not in VARIANT_NAMES]
         if unknown or not self.variants:
             raise ValueError(
@@ -169,11 +177,13 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
     """
     source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
     task = export_task(source.task)  # the one place the task's name is read
+    request = replace(request, opset=exporter_opset(request.exporter, request.opset))
     out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
     progress = Progress(show_progress)
     work_dir = _prepare_work_dir(out_dir)
     try:
-        spec = _export_into(request, source, task, work_dir, out_dir.name, progress)
+        with _no_loading_bars():
+            spec = _export_into(request, source, task, work_dir, out_dir.name, progress)
         _publish(work_dir, out_dir)
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -182,6 +192,21 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         progress.close()
     logger.info("exported %s to %s", request.model, out_dir)
     return ExportResult(out_dir, spec)
+
+
+@contextlib.contextmanager
+def _no_loading_bars() -> Iterator[None]:
+    """transformers 5 draws a 'Loading weights' bar on stderr for every checkpoint it loads (the
+    model, the reference, the stand-in's parts); the export's own progress names its stages, so
+    those bars are off for its duration and restored after."""
+    transformers_logging = require("transformers.utils.logging", extra="export")
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            transformers_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +225,8 @@ class _Traced:
     prefix_graph: tuple[str, ...] | dict[str, Any] | None = None
     variant: str = "fp32"
     steps: dict[str, VariantStep] = field(default_factory=lambda: dict(VARIANT_STEPS))
+    # what wrote the traced file: a torch exporter, or OpenVINO's converter on the direct route
+    exporter: str = "torchscript"
 
 
 def _export_into(
@@ -327,16 +354,22 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
                 scratch: Path) -> _Traced:
     """Trace the (possibly [CLS]-pruned) PyTorch model to the scratch model.onnx."""
     max_length = _resolve_max_length(request, loaded, family, task)
+    exporter = request.exporter or family.exporters[0]
+    if exporter not in family.exporters:
+        raise ExportError(f"the {family.name} family's graphs export with "
+                          f"{', '.join(family.exporters)} only, not {exporter}: drop --exporter")
     graph_model, graph_rewrites = _graph_model(loaded, family, task, request.cls_only_last_layer)
     try:
         # external data files of a graph over protobuf's 2 GB (they move and hash with fp32)
         graph_files = family.export_graph(family.graph_module(loaded, graph_model, task),
                                           scratch / VARIANTS["fp32"].file, task=task,
-                                          input_names=loaded.input_names, opset=request.opset)
+                                          input_names=loaded.input_names, opset=request.opset,
+                                          exporter=exporter)
     except Exception as err:
         raise ExportError(
             f"could not export the fp32 graph of {request.model} ({family.name} family, "
-            f"model_type {loaded.config.model_type!r}, inputs {', '.join(loaded.input_names)}): "
+            f"model_type {loaded.config.model_type!r}, inputs {', '.join(loaded.input_names)}, "
+            f"{exporter} exporter): "
             f"{first_line(err)}; this model type needs a family module in "
             "onnxrank.export.families that says how to trace it"
         ) from err
@@ -349,7 +382,8 @@ def _trace_fp32(request: ExportRequest, loaded: LoadedModel, family: Family, tas
     except Exception as err:  # the whole-row graph still serves: record and go on
         logger.debug("the prefix graph could not be exported", exc_info=True)
         prefix_graph = {"stage": "build", "reason": first_line(err)}
-    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites, prefix_graph)
+    return _Traced(loaded, family, max_length, tuple(graph_files), graph_rewrites, prefix_graph,
+                   exporter=exporter)
 
 
 def _convert_direct(request: ExportRequest, loaded: LoadedModel, family: Family,
@@ -371,7 +405,8 @@ def _convert_direct(request: ExportRequest, loaded: LoadedModel, family: Family,
         ) from err
     return _Traced(loaded, family, max_length, (), graph_rewrites, converted.prefix_graph,
                    variant=DIRECT_VARIANT,
-                   steps={DIRECT_VARIANT: converted_step(DIRECT_VARIANT, converted.quantization)})
+                   steps={DIRECT_VARIANT: converted_step(DIRECT_VARIANT, converted.quantization)},
+                   exporter="openvino.convert_model")
 
 
 def _resolve_max_length(request: ExportRequest, loaded: LoadedModel, family: Family,
@@ -626,7 +661,7 @@ def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, t
         graph_rewrites=traced.graph_rewrites,
         prompt=prompt,
         prefix_graphs=prefix_graphs,
-        family=family.describe(config),
+        family={**family.describe(config), "exporter": traced.exporter},
         failed_variants=failed,
         notes=notes.strip(),
     )

@@ -38,7 +38,7 @@ class Int8Settings:
         fp32_ffn_up_layers: Keep the feed-forward up-projection (the MatMul feeding the GELU) of
             this many top layers in fp32; 0 quantizes every layer's.
         block_size: ``per_row`` only: inputs per weight scale and per activation scale (32 kept
-            the stand-in's scores batch-independent; 128 did not, docs/export.md).
+            the stand-in's scores batch-independent; 128 did not, results/export-runs.md).
         search_fp32_groups: ``per_row`` only: when > 0, measure each encoder layer group's effect
             on the gate and keep up to this many of the most sensitive groups in fp32
             (onnxrank.export.sensitivity); 0 puts every encoder MatMul in int8.

@@ -6,7 +6,7 @@ Every weight MatMul of the plain fp32 graph becomes a com.microsoft MatMulNBits 
 to int8 at run time with one scale per block of each row (per token), then multiplies in int8.
 A scale per row instead of dynamic int8's one scale per batch is what keeps a LayerNorm output's
 few outlier channels from flattening every other token, and it makes a row's score independent
-of its batch mates (docs/export.md has the measurements).
+of its batch mates (results/export-runs.md has the measurements).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank._optional import require
+from onnxrank.engine.spec import Activation
 from onnxrank.errors import ExportError
 from onnxrank.export.direct_openvino import takes_direct_route
 from onnxrank.export.families import Family, family_for
@@ -117,7 +118,7 @@ def _hub_error(model_id: str, err: Exception) -> ExportError:
     first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return ExportError(
         f"could not load {model_id} from the Hugging Face Hub ({first_line}). Without internet "
-        "access, download it on another machine (huggingface-cli download "
+        "access, download it on another machine (hf download "
         f"{model_id} --local-dir DIR), copy DIR here and pass it: onnxrank export --model DIR"
     )
 
@@ -169,6 +170,7 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
             need more memory than the machine has available (onnxrank.export.memory).
     """
     transformers = require("transformers", extra="export")
+    torch = require("torch", extra="export")
     local = kind != "hub"
     directory = Path(location) if local else None
     if directory is not None:
@@ -197,8 +199,10 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
         if prompt_recipe is not None and tokenizer.is_fast:  # before the (large) weights load
             answer_token_ids(prompt_recipe, tokenizer.backend_tokenizer)
+        # float32 unless the direct route keeps the checkpoint's own dtype: transformers 5 loads
+        # dtype="auto" by default (a bf16 checkpoint would trace a bf16 graph)
         model = model_class.from_pretrained(location, attn_implementation="eager",
-                                            dtype="auto" if direct else None, **options)
+                                            dtype="auto" if direct else torch.float32, **options)
     except (OSError, ValueError) as err:
         if not local:
             raise _hub_error(location, err) from err
@@ -215,4 +219,48 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
     source, marker = _source_record(location, directory, config)
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
     return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,
-                       prompt_recipe), family
+                       prompt_recipe, stored_activation(location, config, local=local)), family
+
+
+# sentence-transformers' CrossEncoder activations the manifest can say (its class paths' last part)
+SENTENCE_TRANSFORMERS_ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "none"}
+
+
+def stored_activation(location: str, config: Any, *, local: bool) -> Activation | None:
+    """The activation sentence-transformers applies to this checkpoint's logits, where it stores
+    one, in sentence-transformers 6's order; None when none is stored (the task's default).
+
+    1. ``activation_fn`` in config_sentence_transformers.json, read when modules.json exists
+       (sentence-transformers 6's module-stack checkpoints);
+    2. ``activation_fn`` under config.json's ``sentence_transformers`` key (versions 4 and 5:
+       cross-encoder/ms-marco-MiniLM-L6-v2 stores Identity there, so its scores are logits);
+    3. config.json's ``sbert_ce_default_activation_function`` (before version 4).
+
+    Raises:
+        ExportError: The stored activation is neither Sigmoid nor Identity.
+    """
+    transformers = require("transformers", extra="export")
+
+    def checkpoint_file(name: str) -> str | None:
+        return transformers.utils.cached_file(
+            location, name, local_files_only=local, _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False)
+
+    stored = None
+    if checkpoint_file("modules.json") is not None:
+        settings = checkpoint_file("config_sentence_transformers.json")
+        if settings is not None:
+            stored = json.loads(Path(settings).read_text(encoding="utf-8")).get("activation_fn")
+    block = getattr(config, "sentence_transformers", None)
+    if stored is None and isinstance(block, dict):
+        stored = block.get("activation_fn")
+    if stored is None:
+        stored = getattr(config, "sbert_ce_default_activation_function", None)
+    if stored is None:
+        return None
+    name = str(stored).rpartition(".")[2]
+    if name not in SENTENCE_TRANSFORMERS_ACTIVATIONS:
+        raise ExportError(
+            f"{location} stores the sentence-transformers activation {stored!r}; onnxrank's "
+            "manifest takes torch.nn.Sigmoid (sigmoid) or torch.nn.Identity (none)")
+    return SENTENCE_TRANSFORMERS_ACTIVATIONS[name]

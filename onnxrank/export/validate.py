@@ -50,7 +50,7 @@ BATCH_EFFECT_ROWS = 128
 # 16 rows of 512), so rows up to 512 tokens fill it and longer ones come fewer at a time.
 # Attention's [rows, heads, length, length] tensors grow with the square of the padded length: on
 # a 4-head tiny ModernBERT (8,192 positions, rows to ~2,200 tokens) onnxruntime took 3.9 GB for
-# 16 rows and OpenVINO int8 4.3 GB for batch_dependence's 48 (docs/export.md, ModernBERT).
+# 16 rows and OpenVINO int8 4.3 GB for batch_dependence's 48 (results/export-runs.md, ModernBERT).
 BATCH_ROW_TOKENS = 512
 TUNING, HELD_OUT = "tuning", "held_out"
 PARTS = (TUNING, HELD_OUT)

@@ -23,12 +23,14 @@ MAX_LENGTH = 320
 VALIDATION_PAIRS = "48"
 
 
-def _export(checkpoint: Path, recipe: str, out: Path, *options: str) -> None:
-    """`onnxrank export` of a tiny checkpoint with `recipe` into `out`, in a child process
-    (whose memory goes back when it ends), with the suite's length and validation pairs."""
+def export_decoder(checkpoint: Path, recipe: str | None, out: Path, *options: str) -> None:
+    """`onnxrank export` of a tiny checkpoint with `recipe` (None: no --recipe, the checkpoint's
+    own) into `out`, in a child process (whose memory goes back when it ends), with the suite's
+    length and validation pairs."""
     from onnxrank.cli import main
 
-    code = in_child_process(main, ["export", "--model", str(checkpoint), "--recipe", recipe,
+    chosen = ["--recipe", recipe] if recipe is not None else []
+    code = in_child_process(main, ["export", "--model", str(checkpoint), *chosen,
                                    "--out", str(out), "--max-length", str(MAX_LENGTH),
                                    "--validation-pairs", VALIDATION_PAIRS, "--quiet", *options])
     assert code == 0, f"the {recipe} export of {checkpoint} failed (see the captured stderr)"
@@ -47,7 +49,25 @@ def decoder_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def decoder_model_dir(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`onnxrank export --model DIR --recipe qwen3-reranker --out OUT`, as a user runs it."""
     return built_once(tmp_path_factory, "models/qwen3-tiny-reranker",
-                      lambda out: _export(decoder_checkpoint, "qwen3-reranker", out))
+                      lambda out: export_decoder(decoder_checkpoint, "qwen3-reranker", out))
+
+
+@pytest.fixture(scope="session")
+def st_checkpoint(decoder_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Qwen3 stand-in with Qwen3-Reranker's prompt as its chat template, saved by
+    sentence-transformers 6 as a CrossEncoder (Transformer(text-generation) + LogitScore)."""
+    from st_checkpoints import build_st_reranker
+
+    return built_once(tmp_path_factory, "checkpoints/qwen3-tiny-st",
+                      lambda directory: build_st_reranker(decoder_checkpoint, directory))
+
+
+@pytest.fixture(scope="session")
+def st_model_dir(st_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`onnxrank export --model DIR --out OUT` of `st_checkpoint`: no --recipe, the recipe is
+    read from its sentence-transformers files; every variant."""
+    return built_once(tmp_path_factory, "models/qwen3-tiny-st",
+                      lambda out: export_decoder(st_checkpoint, None, out))
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +119,7 @@ def recipe_model_dir(recipe_name: str, recipe_checkpoint: Path, request: pytest.
     """`onnxrank export --model DIR --recipe NAME --variants ...`, once per recipe."""
     if RECIPE_MODELS[recipe_name] is None:
         return Path(request.getfixturevalue("decoder_model_dir"))
-    return built_once(tmp_path_factory, f"models/{recipe_name}", lambda out: _export(
+    return built_once(tmp_path_factory, f"models/{recipe_name}", lambda out: export_decoder(
         recipe_checkpoint, recipe_name, out, "--variants", RECIPE_VARIANTS))
 
 
@@ -108,7 +128,7 @@ def recipe_cuda_dir(recipe_name: str, recipe_checkpoint: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recipe's checkpoint exported with the variants a decoder runs on CUDA, fp32 and fp16
     (its int8 variants are CPU-only); used by the gpu-marked tests and test_decoder_fp16.py."""
-    return built_once(tmp_path_factory, f"models/{recipe_name}-cuda", lambda out: _export(
+    return built_once(tmp_path_factory, f"models/{recipe_name}-cuda", lambda out: export_decoder(
         recipe_checkpoint, recipe_name, out, "--variants", "fp32,fp16"))
 
 

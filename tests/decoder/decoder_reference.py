@@ -54,6 +54,18 @@ class ModelCardReranker:
         return self.p_yes(pairs, instruction or CARD_INSTRUCTION)
 
 
+def prepare_only_second(first: list[int], second: list[int], max_length: int) -> list[int]:
+    """What both cards call, ``tokenizer.prepare_for_model(first, second,
+    truncation="only_second", max_length=max_length, add_special_tokens=False)``, written out:
+    transformers 5 removed prepare_for_model. transformers 4's truncate_sequences cut the second
+    sequence's last tokens until the pair fit; a second sequence too short to absorb the excess
+    was left whole (with a logged error)."""
+    excess = len(first) + len(second) - max_length
+    if 0 < excess < len(second):
+        second = second[:-excess]
+    return list(first) + list(second)
+
+
 BGE_PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer "
               "to the query by providing a prediction of either 'Yes' or 'No'.")
 
@@ -82,12 +94,9 @@ class BgeGemmaCard:
         passage_inputs = tokenizer(f"B: {passage}", return_tensors=None,
                                    add_special_tokens=False, max_length=max_length,
                                    truncation=True)
-        item = tokenizer.prepare_for_model(
-            [tokenizer.bos_token_id] + query_inputs["input_ids"],
-            sep_inputs + passage_inputs["input_ids"], truncation="only_second",
-            max_length=max_length, padding=False, return_attention_mask=False,
-            return_token_type_ids=False, add_special_tokens=False)
-        return list(item["input_ids"]) + sep_inputs + prompt_inputs
+        item = prepare_only_second([tokenizer.bos_token_id] + query_inputs["input_ids"],
+                                   sep_inputs + passage_inputs["input_ids"], max_length)
+        return item + sep_inputs + prompt_inputs
 
     def score(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> np.ndarray:
         scores = []
@@ -137,11 +146,9 @@ class MxbaiCard:
         document_inputs = self.tokenizer(f"document: {document}", return_tensors=None,
                                          add_special_tokens=False, max_length=self.max_length,
                                          truncation=True)
-        item = self.tokenizer.prepare_for_model(
-            query_inputs["input_ids"], self.sep + document_inputs["input_ids"],
-            truncation="only_second", max_length=self.max_length, padding=False,
-            return_attention_mask=False, return_token_type_ids=False, add_special_tokens=False)
-        return self.prefix + list(item["input_ids"]) + self.sep + self.task + self.suffix
+        item = prepare_only_second(query_inputs["input_ids"],
+                                   self.sep + document_inputs["input_ids"], self.max_length)
+        return self.prefix + item + self.sep + self.task + self.suffix
 
     def score(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> np.ndarray:
         scores = []

@@ -19,7 +19,12 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, normalizers, trainers
 
-from onnxrank.export.decoder_standin import TINY_CONFIG, _training_text, build_tokenizer
+from onnxrank.export.decoder_standin import (
+    ROPE_PARAMETERS,
+    TINY_CONFIG,
+    _training_text,
+    build_tokenizer,
+)
 from onnxrank.export.standin import STANDIN_MARKER
 
 GEMMA_SPECIAL = ("<pad>", "<eos>", "<bos>", "<unk>")
@@ -84,7 +89,7 @@ def build_qwen2_checkpoint(out_dir: Path, *, initializer_range: float, seed: int
     tokenizer = build_tokenizer(512)
     config = transformers.Qwen2Config(
         **LAYOUT, initializer_range=initializer_range,
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), rope_theta=1000000.0,
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True), rope_parameters=dict(ROPE_PARAMETERS),
         tie_word_embeddings=False, use_sliding_window=False,
         bos_token_id=None, eos_token_id=tokenizer.token_to_id("<|im_end|>"),
         pad_token_id=tokenizer.token_to_id("<|endoftext|>"), architectures=["Qwen2ForCausalLM"])

@@ -15,6 +15,7 @@ from onnxrank.export.families.decoder_attention import (  # noqa: E402
     GROUPED_ATTENTION,
     grouped_attention,
     grouped_attention_for,
+    outer_product_rotary,
 )
 
 
@@ -66,3 +67,26 @@ def test_grouped_attention_is_set_while_tracing_and_restored_after() -> None:
     with pytest.raises(RuntimeError, match="traced graph failed"), grouped_attention_for(config):
         raise RuntimeError("traced graph failed")
     assert config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize(("family", "prefix"), [("qwen3", "Qwen3"), ("qwen2", "Qwen2"),
+                                               ("gemma", "Gemma")])
+def test_the_traced_rotary_embedding_equals_the_family_own_and_is_restored(family: str,
+                                                                          prefix: str) -> None:
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    config = getattr(transformers, f"{prefix}Config")(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_hidden_layers=1, intermediate_size=64, vocab_size=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    body = type("Body", (torch.nn.Module,), {})()
+    body.rotary_emb = getattr(module, f"{prefix}RotaryEmbedding")(config)
+    hidden = torch.zeros(2, 9, 64)
+    # positions past 256, where bf16 could not even hold them: the prefix graph's continuations
+    positions = torch.arange(9)[None, :].expand(2, -1) + torch.tensor([[0], [300]])
+    expected = body.rotary_emb(hidden, positions)
+    with outer_product_rotary(body):
+        assert "forward" in body.rotary_emb.__dict__
+        got = body.rotary_emb(hidden, positions)
+    assert "forward" not in body.rotary_emb.__dict__
+    for own, traced in zip(expected, got):
+        torch.testing.assert_close(traced, own, rtol=0, atol=0)

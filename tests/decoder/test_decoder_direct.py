@@ -154,3 +154,47 @@ def test_the_reference_of_a_bfloat16_checkpoint_is_its_weights_in_float32(
     expected = reference_runner(upcast, answer_ids=(5, 6), weights=(1.0, -1.0))(feeds)
     assert np.abs(scores - expected).max() <= 1e-5
     assert {parameter.dtype for parameter in sixteen_bit.parameters()} == {torch.bfloat16}
+
+
+def test_the_graphs_trace_without_a_warning_or_a_transformers_notice(
+        decoder_checkpoint: Path, tmp_path: Path) -> None:
+    """What an export's tracing prints to a user: nothing. torch.onnx's and the tracer's warnings
+    are silenced where the graphs are traced, and transformers 5's notice about the config's
+    ``loss_type=None`` (the tracer reads the model's ``loss_function`` property) is kept out of
+    openvino.convert_model."""
+    import logging
+    import warnings
+
+    import transformers
+
+    from onnxrank.export.families.decoder import (
+        convert_prefix_graph,
+        convert_score_graph,
+        export_prefix_graph,
+        export_score_graph,
+        prefix_cache_graph,
+        score_graph,
+    )
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        decoder_checkpoint, attn_implementation="eager").eval()
+    answers = {"answer_ids": (5, 6), "weights": (1.0, -1.0)}
+    logging.Logger.warning_once.cache_clear()  # transformers' notices print once per process
+    notices: list[str] = []
+    # transformers logs through its own handler, bound to the stderr of its first import
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: notices.append(record.getMessage())  # type: ignore[method-assign]
+    library = logging.getLogger("transformers")
+    library.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            convert_score_graph(score_graph(model, **answers))
+            convert_prefix_graph(prefix_cache_graph(model, **answers))
+            export_score_graph(score_graph(model, **answers), tmp_path / "model.onnx", opset=17)
+            export_prefix_graph(prefix_cache_graph(model, **answers),
+                                tmp_path / "model_prefix.onnx", opset=17)
+    finally:
+        library.removeHandler(handler)
+    assert [str(warning.message) for warning in seen] == []
+    assert notices == []

@@ -118,7 +118,7 @@ def test_a_score_kind_names_the_answer_tokens_it_needs() -> None:
             "it), got ''")):
         replace(MXBAI_RERANK_V2, name="two", no_token="")
     with pytest.raises(ValueError, match=re.escape(
-            "recipe 'x': score must be one of softmax_yes_no, yes_logit, logit_difference, got "
-            "'p_yes'")):
+            "recipe 'x': score must be one of softmax_yes_no, yes_logit, logit_difference, "
+            "yes_logit_sigmoid, got 'p_yes'")):
         replace(QWEN3_RERANKER, name="x", score="p_yes")
     assert replace(BGE_RERANKER_V2_GEMMA, no_token="").no_token == ""  # one token is enough

@@ -1,6 +1,8 @@
 """The docs say what the code does: every shown command parses, every named variable is read,
 every table of numbers names the command that produced it, the engine's options table shows the
-code's defaults, and the console script runs."""
+code's defaults, and the console script runs. Each page is a reference, not a run log: at most
+MAX_PAGE_LINES lines, no heading that dates a run (dated records live in results/), and every
+relative link, into results/ or between pages, reaches a file and a heading that exist."""
 
 from __future__ import annotations
 
@@ -36,6 +38,15 @@ OPTION_NAME = re.compile(r"`(\w+)`")
 # How the options table writes a literal default: 8192, True/False, `"truncate"`, None. Any other
 # cell is a phrase for a default resolved at load time, such as "manifest (512)" for None.
 QUOTED_DEFAULT = re.compile(r'`"([^"`]*)"`')
+RESULTS = REPOSITORY / "results"
+MAX_PAGE_LINES = 600
+HEADING = re.compile(r"^#{1,6}\s+(.*)$")
+# a heading that dates a run: 2026-11-27, a run id (r4g, full-r4, decoder-2, sweeps-r2), a round
+# or a session, or "first runs": those belong in results/, with their date and command
+RUN_LOG_HEADING = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b|\br\d+[a-z]?\b|\b(full|decoder|families|serving|sweeps)-r?\d+[a-z]?\b|"
+    r"\bround \d+\b|\bsession\b|\bfirst runs?\b", re.IGNORECASE)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def command_lines(text: str) -> list[tuple[int, str]]:
@@ -233,3 +244,80 @@ def test_console_script_runs() -> None:
     result = subprocess.run([script, "query"], capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 2 and "the following arguments are required" in result.stderr
+
+
+def test_every_page_is_at_most_600_lines() -> None:
+    long = [f"{path.relative_to(REPOSITORY)}: {count} lines"
+            for path in DOCS if (count := len(path.read_text("utf-8").splitlines())) > MAX_PAGE_LINES]
+    assert not long, (f"pages over {MAX_PAGE_LINES} lines (move run records to results/, or split "
+                      "the page):\n" + "\n".join(long))
+
+
+def headings(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of each markdown heading outside code blocks."""
+    found: list[tuple[int, str]] = []
+    in_block = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            in_block = not in_block
+        elif not in_block and (match := HEADING.match(line)):
+            found.append((number, match.group(1)))
+    return found
+
+
+def run_log_headings(text: str) -> list[str]:
+    return [f"line {number}: {heading}" for number, heading in headings(text)
+            if RUN_LOG_HEADING.search(heading)]
+
+
+def test_no_heading_is_a_dated_run_log() -> None:
+    dated = [f"{path.relative_to(REPOSITORY)}: {found}"
+             for path in DOCS for found in run_log_headings(path.read_text("utf-8"))]
+    assert not dated, ("headings that date a run (a page keeps the current numbers; a run's "
+                       "record goes to results/):\n" + "\n".join(dated))
+
+
+def test_the_run_log_checker_catches_what_it_is_for() -> None:
+    text = "\n".join(["# Benchmarks", "## Results", "### avx512_vnni_bf16", "### 2026-11-27",
+                      "### Results, round 3", "### full-r4 on the slower EPYC", "## r4g",
+                      "## Session 12", "### First runs", "```bash", "# 2026-11-27: a comment",
+                      "```", "### Qwen3-0.6B on a 2-core CPU", "### `POST /v2/rerank`"])
+    assert run_log_headings(text) == [
+        "line 4: 2026-11-27", "line 5: Results, round 3", "line 6: full-r4 on the slower EPYC",
+        "line 7: r4g", "line 8: Session 12", "line 9: First runs"]
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_reaches_a_page_and_a_heading() -> None:
+    pages = [*DOCS, *sorted(RESULTS.glob("*.md"))]
+    broken: list[str] = []
+    for path in pages:
+        in_block = False
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            if FENCE.match(line.strip()):
+                in_block = not in_block
+                continue
+            for target in [] if in_block else LINK.findall(line):
+                if target.startswith(("http://", "https://", "mailto:")):
+                    continue
+                file, _, fragment = target.partition("#")
+                destination = (path.parent / file).resolve() if file else path
+                if not destination.exists():
+                    broken.append(f"{path.relative_to(REPOSITORY)}:{number}: {target}: no such file")
+                elif fragment and destination.suffix == ".md" and fragment not in {
+                        anchor(heading) for _, heading in headings(destination.read_text("utf-8"))}:
+                    broken.append(f"{path.relative_to(REPOSITORY)}:{number}: {target}: no such heading")
+    assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
+
+
+def test_results_hold_the_run_records_the_docs_point_to() -> None:
+    linked = {match for path in DOCS
+              for match in re.findall(r"results/([\w-]+\.md)", path.read_text("utf-8"))}
+    assert (RESULTS / "README.md").is_file(), "results/README.md says what the records are"
+    assert linked, "the docs link their older runs in results/"
+    assert all((RESULTS / name).is_file() for name in linked), linked
+

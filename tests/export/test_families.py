@@ -162,3 +162,35 @@ def test_electra_ov_int8_missing_its_gate_keeps_the_others(
     assert re.search(r"ov_int8 +left out \(validation\): variant ov_int8", listing)
 
 
+
+
+@pytest.fixture(scope="session")
+def family_dynamo_exports(family_checkpoints: dict[str, Path],
+                          tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Path]]:
+    """Each family's fp32 graph written by the dynamo exporter (`--exporter dynamo`)."""
+    root = tmp_path_factory.mktemp("family-dynamo-models")
+    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
+        codes = {name: pool.submit(
+            in_child_process, main, ["export", "--model", str(checkpoint), "--out",
+                                     str(root / name), "--variants", "fp32", "--exporter",
+                                     "dynamo", "--validation-pairs", str(TINY_PAIRS), "--quiet"])
+                 for name, checkpoint in family_checkpoints.items()}
+    return {name: (code.result(), root / name) for name, code in codes.items()}
+
+
+@pytest.mark.parametrize("family", CROSS_ENCODERS)
+def test_family_dynamo_graph_is_gated_and_matches_pytorch(
+        family: str, family_checkpoints: dict[str, Path],
+        family_dynamo_exports: dict[str, tuple[int, Path]]) -> None:
+    from onnxrank.engine.config import EngineConfig
+    from onnxrank.engine.reranker import Reranker
+
+    code, model_dir = family_dynamo_exports[family]
+    assert code == 0
+    spec = load_model_spec(model_dir)
+    assert (spec.family["exporter"], spec.variants["fp32"].opset) == ("dynamo", 18)
+    reference = _torch_logits(family_checkpoints[family], PAIRS)
+    scores = Reranker.from_dir(model_dir, EngineConfig(device="cpu", threads=1, precision="fp32",
+                                                       backend="onnxruntime")).score(PAIRS)
+    spread = float(reference.max() - reference.min())
+    assert np.abs(np.asarray(scores, dtype=np.float64) - reference).max() <= 1e-4 * spread, family

@@ -8,7 +8,7 @@ which bound it on the planned batches.
 
 The model is RANDOM-INITIALISED (Qwen/Qwen3-0.6B's published config, onnxrank's stand-in
 tokenizer): speed only, its scores mean nothing. Build and export it first (minutes; see
-docs/export.md, "Decoder rerankers")::
+docs/decoders.md)::
 
     python -c "from onnxrank.export.decoder_standin import build_decoder_checkpoint; \
 build_decoder_checkpoint('checkpoints/qwen3-0.6b-random', size='qwen3-0.6b')"

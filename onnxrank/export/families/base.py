@@ -19,6 +19,7 @@ import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.engine.spec import VARIANT_NAMES, Activation
+from onnxrank.export.onnx import EXPORTERS, Exporter
 
 if TYPE_CHECKING:
     import torch
@@ -59,6 +60,9 @@ class Family:
             loads the checkpoint in its own dtype and writes no fp32 file
             (onnxrank.export.direct_openvino). The decoders, whose 4B and 8B shapes would not
             fit in memory as fp32.
+        exporters: The torch exporters that write its fp32 graph (onnxrank.export.onnx), its
+            default first: TorchScript, whose graphs onnxruntime's optimizer fuses, then dynamo
+            (``--exporter dynamo``).
     """
 
     name = "bert"
@@ -71,6 +75,7 @@ class Family:
     known = True
     uses_recipe = False
     direct_openvino = False
+    exporters: tuple[Exporter, ...] = EXPORTERS
 
     # -- loading ----------------------------------------------------------------------------
     def model_class(self, task: ExportTask) -> Any:
@@ -113,12 +118,14 @@ class Family:
         return task.graph_module(model, loaded.input_names)
 
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
-                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
-        """Write the fp32 graph; returns the external data files written beside it."""
+                     input_names: tuple[str, ...], opset: int,
+                     exporter: Exporter = "torchscript") -> tuple[str, ...]:
+        """Write the fp32 graph with `exporter` (one of `exporters`); returns the external data
+        files written beside it."""
         from onnxrank.export.onnx import export_module
 
         export_module(module, out_path, output_name=task.output_name, input_names=input_names,
-                      opset=opset)
+                      opset=opset, exporter=exporter)
         return ()
 
     def export_prefix_graph(self, loaded: LoadedModel, model: Any, out_path: Path, *,
@@ -191,7 +198,10 @@ class Family:
 
     def activation(self, loaded: LoadedModel, task: ExportTask) -> Activation:
         """The manifest's activation: what turns the graph's output into the score the model
-        card reports (the task's; a decoder's is its recipe's score kind's)."""
+        card reports: a rerank checkpoint's own sentence-transformers activation where it stores
+        one, else the task's (a decoder's is its recipe's score kind's)."""
+        if task.name == "rerank" and loaded.stored_activation is not None:
+            return loaded.stored_activation
         return task.activation
 
     def fp32_nodes(self, model_path: Path) -> list[str]:
@@ -213,8 +223,7 @@ class Family:
 
 def sdpa_twin(model: Any) -> Any:
     """`model` with PyTorch's scaled-dot-product attention, sharing its weights and buffers (no
-    copy), or `model` itself when its class has no SDPA path (DeBERTa-v2 and ELECTRA in
-    transformers 4.57).
+    copy), or `model` itself when its class has no SDPA path (DeBERTa-v2 in transformers 5).
 
     The export loads a checkpoint with eager attention, which the traced graph and the [CLS]-only
     rewrite need; the reference needs only the same arithmetic, which SDPA runs faster on a CPU

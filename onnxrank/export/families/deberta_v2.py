@@ -28,6 +28,7 @@ from onnxrank.export.families.checkpoint_config import CheckpointConfig, Tokeniz
 if TYPE_CHECKING:
     import torch
 
+    from onnxrank.export.onnx import Exporter
     from onnxrank.export.tasks import ExportTask
 
 MODELING_MODULES = ("transformers.models.deberta_v2.modeling_deberta_v2",
@@ -105,10 +106,11 @@ class DebertaV2Family(Family):
         return int(config.max_position_embeddings)
 
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
-                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
+                     input_names: tuple[str, ...], opset: int,
+                     exporter: Exporter = "torchscript") -> tuple[str, ...]:
         with plain_python_helpers():
             return super().export_graph(module, out_path, task=task, input_names=input_names,
-                                        opset=opset)
+                                        opset=opset, exporter=exporter)
 
     def cls_only_support(self, model: Any) -> str | None:
         return ("DeBERTa's disentangled attention: the position->content term of a row-0 query "

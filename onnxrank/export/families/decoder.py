@@ -48,9 +48,12 @@ from onnxrank._optional import require
 from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT
 from onnxrank.errors import ExportError
 from onnxrank.export.families.base import Family
-from onnxrank.export.families.decoder_attention import grouped_attention_for
+from onnxrank.export.families.decoder_attention import (
+    grouped_attention_for,
+    outer_product_rotary,
+)
 from onnxrank.export.memory import meta_model, weight_count
-from onnxrank.export.onnx import EXTERNAL_DATA_SUFFIX, PROTOBUF_LIMIT_BYTES
+from onnxrank.export.onnx import EXTERNAL_DATA_SUFFIX, PROTOBUF_LIMIT_BYTES, Exporter
 from onnxrank.export.tasks import RERANK
 
 if TYPE_CHECKING:
@@ -106,7 +109,7 @@ def score_graph(model: Any, *, answer_ids: tuple[int, ...],
             self.add_module(SCORE_HEAD, head)
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            with grouped_attention_for(self.body.config):
+            with grouped_attention_for(self.body.config), outer_product_rotary(self.body):
                 hidden = self.body(input_ids=input_ids,
                                    attention_mask=causal_mask(attention_mask),
                                    use_cache=False).last_hidden_state
@@ -152,12 +155,11 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
                                          device=mask.device)
             # every continuation token sees the whole prefix (padding positions too: their
             # outputs are never read, and a row of only masked keys would give NaN)
-            with grouped_attention_for(self.body.config):
+            with grouped_attention_for(self.body.config), outer_product_rotary(self.body):
                 hidden = self.body(input_ids=input_ids,
                                    attention_mask=torch.cat([prefix_columns, mask], dim=3),
                                    position_ids=positions[None, :].expand(batch, -1),
-                                   cache_position=positions, past_key_values=cache,
-                                   use_cache=True).last_hidden_state
+                                   cache=cache, use_cache=True).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
             present = torch.stack([tensor[0, :, past:, :] for layer in cache.layers
@@ -177,9 +179,9 @@ def _cache_of(prefix_cache: torch.Tensor, config: Any, batch: int) -> Any:
     cache = transformers.DynamicCache(config=config)
     for index, layer in enumerate(cache.layers):
         keys = prefix_cache[2 * index][None].expand(batch, -1, -1, -1)
-        layer.lazy_initialization(keys)
-        layer.keys = keys
-        layer.values = prefix_cache[2 * index + 1][None].expand(batch, -1, -1, -1)
+        values = prefix_cache[2 * index + 1][None].expand(batch, -1, -1, -1)
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
     return cache
 
 
@@ -297,7 +299,8 @@ def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...],
              outputs: tuple[str, ...] = (OUTPUT_NAME,)) -> Any:
     torch = require("torch", extra="export")
     openvino = require("openvino", extra="openvino")
-    with torch.inference_mode(), warnings.catch_warnings(), _float32_arithmetic(graph):
+    with torch.inference_mode(), warnings.catch_warnings(), _float32_arithmetic(graph), \
+            _transformers_errors_only():
         warnings.simplefilter("ignore")  # TorchScript tracer warnings, as for the ONNX export
         model = openvino.convert_model(graph, example_input=dummy, input=[
             (name, shape, element_type) for name, (shape, element_type) in inputs.items()])
@@ -307,6 +310,21 @@ def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...],
     for port, name in zip(model.outputs, outputs, strict=True):
         port.get_tensor().set_names({name})
     return model
+
+
+@contextmanager
+def _transformers_errors_only() -> Iterator[None]:
+    """transformers' log at ERROR inside the block: torch.jit.trace (the converter's tracer)
+    reads every attribute of each module it wraps, and transformers 5's ``loss_function``
+    property logs that the config's ``loss_type=None`` is unrecognized when read, a notice
+    about training that a user of the export cannot act on."""
+    logging_utils = require("transformers", extra="export").utils.logging
+    level = logging_utils.get_verbosity()
+    logging_utils.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging_utils.set_verbosity(level)
 
 
 def _is_16bit(tensor: torch.Tensor) -> bool:
@@ -428,6 +446,8 @@ class DecoderFamily(Family):
     ov_int8_mode = "weight_only"
     uses_recipe = True
     direct_openvino = True
+    # the score and prefix graphs' own trace (export_score_graph, export_prefix_graph)
+    exporters: tuple[Exporter, ...] = ("torchscript",)
 
     def model_class(self, task: ExportTask) -> Any:
         transformers = require("transformers", extra="export")
@@ -444,7 +464,8 @@ class DecoderFamily(Family):
                            weights=self.recipe(loaded).score_kind.weights)
 
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
-                     input_names: tuple[str, ...], opset: int) -> tuple[str, ...]:
+                     input_names: tuple[str, ...], opset: int,
+                     exporter: Exporter = "torchscript") -> tuple[str, ...]:
         return export_score_graph(module, out_path, opset=opset)
 
     def export_prefix_graph(self, loaded: LoadedModel, model: Any, out_path: Path, *,

@@ -12,6 +12,13 @@ int8+bf16; docs/export.md, "Decoder attention").
 Here the query heads of one key/value head are stacked along the sequence axis instead, so one
 matmul reads the shared head for all of them: the same dot products, the same softmax, with
 nothing repeated but the [batch, 1, queries, keys] mask.
+
+The rotary embedding is traced as an outer product too (`outer_product_rotary`): transformers 5
+computes its angles as a broadcast multiply, transformers 4 as a matmul; the numbers are the same
+in float32, but with the multiply OpenVINO's bf16 hint ran the final norm of the whole-row graph in
+bf16 and that of the prefix graph in float32, so a row's bf16 score moved by up to 0.14 x the
+spread between the two graphs (tiny Qwen3 stand-in, OpenVINO 2026.4 on an AMX CPU; 0 with the
+matmul, as under transformers 4).
 """
 
 from __future__ import annotations
@@ -71,3 +78,41 @@ def grouped_attention_for(config: Any) -> Iterator[None]:
         yield
     finally:
         config._attn_implementation = own
+
+
+@contextmanager
+def outer_product_rotary(body: Any) -> Iterator[None]:
+    """Run the rotary embedding of the decoder `body` (``body.rotary_emb``) with its angles as a
+    matmul, ``inv_freq [batch, half, 1] @ positions [batch, 1, sequence]``, inside the block.
+
+    Each angle is one float32 product either way (the matmul's inner dimension is 1), so the
+    cosines and sines are bit for bit the module's own; only the traced graph differs (see the
+    module docstring). A rotary embedding whose frequencies depend on the length (``dynamic``
+    and ``longrope`` rope types), or without the ``inv_freq`` / ``attention_scaling`` it reads,
+    runs its own forward.
+    """
+    rotary: Any = getattr(body, "rotary_emb", None)
+    rope_type = getattr(rotary, "rope_type", None)
+    if not isinstance(rope_type, str) or "dynamic" in rope_type or rope_type == "longrope" \
+            or not hasattr(rotary, "inv_freq") or not hasattr(rotary, "attention_scaling"):
+        yield
+        return
+    torch = require("torch", extra="export")
+
+    def forward(x: Any, position_ids: Any) -> tuple[Any, Any]:
+        inv_freq = rotary.inv_freq.to(device=x.device, dtype=torch.float32)
+        angles = (inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1)
+                  @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((angles, angles), dim=-1)
+        return ((emb.cos() * rotary.attention_scaling).to(x.dtype),
+                (emb.sin() * rotary.attention_scaling).to(x.dtype))
+
+    own = rotary.__dict__.get("forward")
+    rotary.forward = forward
+    try:
+        yield
+    finally:
+        if own is None:
+            del rotary.forward
+        else:
+            rotary.forward = own
