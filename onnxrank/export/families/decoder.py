@@ -35,6 +35,7 @@ token, the score kind's weighted sum of the answer logits taken from them.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
 from collections.abc import Callable, Iterator
@@ -159,7 +160,8 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
                 hidden = self.body(input_ids=input_ids,
                                    attention_mask=torch.cat([prefix_columns, mask], dim=3),
                                    position_ids=positions[None, :].expand(batch, -1),
-                                   cache=cache, use_cache=True).last_hidden_state
+                                   use_cache=True, **{_cache_keyword(self.body): cache}
+                                   ).last_hidden_state
             last = attention_mask.sum(dim=1) - 1
             rows = torch.arange(hidden.shape[0], device=hidden.device)
             present = torch.stack([tensor[0, :, past:, :] for layer in cache.layers
@@ -167,6 +169,13 @@ def prefix_cache_graph(model: Any, *, answer_ids: tuple[int, ...],
             return getattr(self, SCORE_HEAD)(hidden[rows, last].float()), present.float()
 
     return DecoderPrefixCacheGraph().eval()
+
+
+def _cache_keyword(body: Any) -> str:
+    """The name `body.forward` takes its KV cache by: ``cache`` from transformers 5.24 (which
+    deprecates ``past_key_values``), ``past_key_values`` before; an unknown keyword would land
+    in its **kwargs and be ignored."""
+    return "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"
 
 
 def _cache_of(prefix_cache: torch.Tensor, config: Any, batch: int) -> Any:
