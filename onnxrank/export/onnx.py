@@ -1,6 +1,6 @@
 """PyTorch -> ONNX: the fp32 graph (model.onnx) with dynamic batch and sequence axes.
 
-Two exporters, each family naming its own (``Family.exporter``; ``--exporter`` overrides it), the
+Two exporters, each family naming its own (``Family.exporters``; ``--exporter`` overrides it), the
 manifest's ``family.exporter`` recording which one wrote the file:
 
 * ``torchscript``: ``torch.onnx.export(..., dynamo=False)``, tracing an eager-attention model. Its
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from onnxrank._optional import require
+from onnxrank.export.dependency_logs import dependency_logs_quieted
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +43,12 @@ EXPORTER_LOGGERS = ("torch.onnx", "onnxscript")
 # torch.export's translation writes opset-18 operators (Split's num_outputs, in ModernBERT's
 # graph), which its down-conversion to 17 leaves invalid: the dynamo exporter writes 18 or above
 DYNAMO_MIN_OPSET = 18
+
+
+def check_exporter(exporter: str) -> None:
+    """Raise ValueError naming EXPORTERS unless `exporter` is one of them."""
+    if exporter not in EXPORTERS:
+        raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
 
 
 def exporter_opset(exporter: Exporter | None, opset: int) -> int:
@@ -127,8 +134,7 @@ def export_module(
     Raises:
         ValueError: `exporter` is not one of EXPORTERS.
     """
-    if exporter not in EXPORTERS:
-        raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r}")
+    check_exporter(exporter)
     torch = require("torch", extra="export")
     # batch 2 x sequence 16 dummy: distinct sizes so the exporter cannot confuse the two axes
     dummy = tuple(torch.ones((2, 16), dtype=torch.long) for _ in input_names)
@@ -159,15 +165,7 @@ def _exporter_quiet() -> Iterator[None]:
     lines of torch.onnx (one per torchvision operator it cannot register) and onnxscript (its
     opset conversion's fallback) say nothing the user can act on: warnings are off, and those
     loggers log at onnxrank's level (at least ERROR), for the export's duration."""
-    floor = max(logging.getLogger("onnxrank").getEffectiveLevel(), logging.ERROR)
-    loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
-    levels = [each.level for each in loggers]
-    for each, level in zip(loggers, levels):
-        each.setLevel(max(level, floor))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for each, level in zip(loggers, levels):
-            each.setLevel(level)
+    with dependency_logs_quieted(*EXPORTER_LOGGERS, floor=logging.ERROR), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

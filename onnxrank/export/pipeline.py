@@ -40,7 +40,7 @@ from onnxrank.export.families import Family, applicable_variants
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.gate import gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
-from onnxrank.export.onnx import DEFAULT_OPSET, EXPORTERS, Exporter, exporter_opset
+from onnxrank.export.onnx import DEFAULT_OPSET, Exporter, check_exporter, exporter_opset
 from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
 from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
 from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
@@ -124,8 +124,8 @@ class ExportRequest:
     exporter: Exporter | None = None
 
     def __post_init__(self) -> None:
-        if self.exporter is not None and self.exporter not in EXPORTERS:
-            raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, got {self.exporter!r}")
+        if self.exporter is not None:
+            check_exporter(self.exporter)
         unknown = [name for name in self.variants if name not in VARIANT_NAMES]
         if unknown or not self.variants:
             raise ValueError(

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.export.calibration_statistics import StatisticsReuse
+from onnxrank.export.dependency_logs import dependency_logs_quieted
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
 from onnxrank.export.quantize import (
     activation_matmuls,
@@ -244,7 +244,7 @@ def _quantize(model: Any, out_path: Path, settings: OvInt8Settings,
         advanced = AdvancedQuantizationParameters(
             overflow_fix=overflow_fix,
             smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=settings.smooth_quant_alpha))
-    with nncf_logs_at_onnxrank_level():
+    with dependency_logs_quieted("nncf"):
         quantized = statistics.quantize(
             model,
             calibration,
@@ -258,20 +258,6 @@ def _quantize(model: Any, out_path: Path, settings: OvInt8Settings,
     # compress_to_fp16=False: the float constants left (LayerNorm, biases, fp32 layers) stay fp32
     openvino.save_model(quantized, str(out_path), compress_to_fp16=False)
     return str(overflow_fix.value)
-
-
-@contextmanager
-def nncf_logs_at_onnxrank_level() -> Iterator[None]:
-    """Let NNCF log only what onnxrank's logger would: NNCF sets its own logger to INFO with a
-    stdout handler on import, so an export would print a line for every node it leaves
-    unquantized into `onnxrank export`'s output; ``--verbose`` shows them again."""
-    nncf_logger = logging.getLogger("nncf")
-    level = nncf_logger.level
-    nncf_logger.setLevel(max(level, logging.getLogger("onnxrank").getEffectiveLevel()))
-    try:
-        yield
-    finally:
-        nncf_logger.setLevel(level)
 
 
 def weights_path(xml_path: Path) -> Path:
@@ -316,7 +302,7 @@ def compress_int8_weights(model: Any, kept_ops: Sequence[str]) -> Any:
     """
     nncf = require("nncf", extra="export")
     ignored = nncf.IgnoredScope(names=list(kept_ops), validate=False)
-    with nncf_logs_at_onnxrank_level():
+    with dependency_logs_quieted("nncf"):
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM,
                                      ignored_scope=ignored)
 

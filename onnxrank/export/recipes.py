@@ -23,6 +23,7 @@ from typing import Any
 
 from onnxrank.engine.recipe import PromptRecipe, check_template
 from onnxrank.errors import ExportError
+from onnxrank.export.st_checkpoint import ST_IDENTITY, ST_SIGMOID, stored_activation_fn
 
 QWEN3_SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the '
                 'Instruct provided. Note that the answer can only be "yes" or "no".')
@@ -146,8 +147,6 @@ def answer_token_ids(recipe: PromptRecipe, tokenizer: Any) -> tuple[int, ...]:
 # sentence-transformers 6 (sentence_transformers.cross_encoder): the activations its CrossEncoder
 # config names (config_sentence_transformers.json "activation_fn"), and which score kind a
 # LogitScore module is under each, by whether it reads a false token
-ST_SIGMOID = "torch.nn.modules.activation.Sigmoid"
-ST_IDENTITY = "torch.nn.modules.linear.Identity"
 ST_SCORES: dict[tuple[bool, str], str] = {
     (True, ST_SIGMOID): "softmax_yes_no",  # sigmoid(yes - no) = p(yes) over the two
     (True, ST_IDENTITY): "logit_difference",
@@ -219,7 +218,8 @@ def sentence_transformers_recipe(directory: Path) -> PromptRecipe | None:
         raise ExportError(f"{where}: 1_LogitScore/config.json needs an integer true_token_id "
                           f"(and false_token_id or null), got {true_id!r}, {false_id!r}")
     cross_encoder = _json_file(directory / "config_sentence_transformers.json", dict, missing={})
-    activation = _st_activation(directory, cross_encoder)
+    # one output: sentence-transformers' default is Sigmoid
+    activation = stored_activation_fn(str(directory), local=True) or ST_SIGMOID
     score = ST_SCORES.get((false_id is not None, activation))
     if score is None:
         raise ExportError(
@@ -271,17 +271,6 @@ def _json_file(path: Path, kind: type, *, missing: Any = None, label: str = "") 
     if not isinstance(data, kind):
         raise ExportError(f"{label}{path} must hold a JSON {kind.__name__}, got {type(data).__name__}")
     return data
-
-
-def _st_activation(directory: Path, cross_encoder: dict[str, Any]) -> str:
-    """The CrossEncoder's activation_fn path as sentence-transformers resolves it: its config,
-    else config.json's ``sentence_transformers.activation_fn``, else Sigmoid (one output)."""
-    activation = cross_encoder.get("activation_fn")
-    if activation is None:
-        config = _json_file(directory / "config.json", dict, missing={})
-        activation = (config.get("sentence_transformers") or {}).get("activation_fn")
-    short = {"torch.nn.Sigmoid": ST_SIGMOID, "torch.nn.Identity": ST_IDENTITY}
-    return short.get(activation, activation) if activation is not None else ST_SIGMOID
 
 
 def _answer_token(tokenizer: Any, token_id: int, field_name: str, where: str) -> str:

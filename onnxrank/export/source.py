@@ -17,6 +17,7 @@ from onnxrank.export.families import Family, family_for
 from onnxrank.export.loaded import LoadedModel
 from onnxrank.export.memory import check_fits, estimate_memory, route_estimate
 from onnxrank.export.recipes import answer_token_ids, resolve_recipe
+from onnxrank.export.st_checkpoint import ST_IDENTITY, ST_SIGMOID, stored_activation_fn
 from onnxrank.export.standin import read_marker
 
 if TYPE_CHECKING:
@@ -219,48 +220,26 @@ def load_checkpoint(location: str, *, kind: SourceKind, task: ExportTask,
     source, marker = _source_record(location, directory, config)
     relevance_trained = bool(marker["relevance_trained"]) if marker is not None else True
     return LoadedModel(model, tokenizer, config, input_names, source, reference, relevance_trained,
-                       prompt_recipe, stored_activation(location, config, local=local)), family
+                       prompt_recipe, stored_activation(location, local=local)), family
 
 
-# sentence-transformers' CrossEncoder activations the manifest can say (its class paths' last part)
-SENTENCE_TRANSFORMERS_ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "none"}
+# sentence-transformers' CrossEncoder activations the manifest can say
+SENTENCE_TRANSFORMERS_ACTIVATIONS: dict[str, Activation] = {ST_SIGMOID: "sigmoid", ST_IDENTITY: "none"}
 
 
-def stored_activation(location: str, config: Any, *, local: bool) -> Activation | None:
-    """The activation sentence-transformers applies to this checkpoint's logits, where it stores
-    one, in sentence-transformers 6's order; None when none is stored (the task's default).
-
-    1. ``activation_fn`` in config_sentence_transformers.json, read when modules.json exists
-       (sentence-transformers 6's module-stack checkpoints);
-    2. ``activation_fn`` under config.json's ``sentence_transformers`` key (versions 4 and 5:
-       cross-encoder/ms-marco-MiniLM-L6-v2 stores Identity there, so its scores are logits);
-    3. config.json's ``sbert_ce_default_activation_function`` (before version 4).
+def stored_activation(location: str, *, local: bool) -> Activation | None:
+    """The manifest's activation for the activation_fn sentence-transformers stores for this
+    checkpoint (onnxrank.export.st_checkpoint.stored_activation_fn), or None when it stores none
+    (the task's default).
 
     Raises:
         ExportError: The stored activation is neither Sigmoid nor Identity.
     """
-    transformers = require("transformers", extra="export")
-
-    def checkpoint_file(name: str) -> str | None:
-        return transformers.utils.cached_file(
-            location, name, local_files_only=local, _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False)
-
-    stored = None
-    if checkpoint_file("modules.json") is not None:
-        settings = checkpoint_file("config_sentence_transformers.json")
-        if settings is not None:
-            stored = json.loads(Path(settings).read_text(encoding="utf-8")).get("activation_fn")
-    block = getattr(config, "sentence_transformers", None)
-    if stored is None and isinstance(block, dict):
-        stored = block.get("activation_fn")
-    if stored is None:
-        stored = getattr(config, "sbert_ce_default_activation_function", None)
+    stored = stored_activation_fn(location, local=local)
     if stored is None:
         return None
-    name = str(stored).rpartition(".")[2]
-    if name not in SENTENCE_TRANSFORMERS_ACTIVATIONS:
+    if stored not in SENTENCE_TRANSFORMERS_ACTIVATIONS:
         raise ExportError(
             f"{location} stores the sentence-transformers activation {stored!r}; onnxrank's "
             "manifest takes torch.nn.Sigmoid (sigmoid) or torch.nn.Identity (none)")
-    return SENTENCE_TRANSFORMERS_ACTIVATIONS[name]
+    return SENTENCE_TRANSFORMERS_ACTIVATIONS[stored]

@@ -10,6 +10,7 @@ test_families_ov_int8.py and test_families_edges.py).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,26 +33,32 @@ LOOSE = ["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
          "--int8-min-top10-overlap", "0.5"]
 
 
+def _export_each(family_checkpoints: dict[str, Path], root: Path,
+                 arguments: Callable[[str], list[str]]) -> dict[str, tuple[int, Path]]:
+    """`onnxrank export` of every family's checkpoint into root/NAME, EXPORTS_AT_ONCE at a time,
+    with `arguments(name)` after --model and --out: (exit code, model directory) per family."""
+    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
+        codes = {name: pool.submit(in_child_process, main, [
+            "export", "--model", str(checkpoint), "--out", str(root / name), *arguments(name)])
+            for name, checkpoint in family_checkpoints.items()}
+    return {name: (code.result(), root / name) for name, code in codes.items()}
+
+
 @pytest.fixture(scope="session")
 def family_exports(family_checkpoints: dict[str, Path],
                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Path]]:
     """Each family exported by `onnxrank export` (exit code, model directory). ELECTRA also asks
     for ov_int8 with a top-10 overlap no variant can meet, so that variant must fail its gate."""
-    root = tmp_path_factory.mktemp("family-models")
-    codes = {}
-    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
-        for name, checkpoint in family_checkpoints.items():
-            variants = "fp32,opt,int8,ov_int8" if name == "electra" else "fp32,opt,int8"
-            thresholds = (["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
-                           "--int8-min-top10-overlap", "1.01"]
-                          if name == "electra" else LOOSE)
-            codes[name] = pool.submit(
-                in_child_process, main, ["export", "--model", str(checkpoint), "--out",
-                                         str(root / name), "--variants", variants,
-                                         "--int8-method", "dynamic", "--validation-pairs",
-                                         str(TINY_PAIRS), "--calibration-pairs",
-                                         str(TINY_CALIBRATION_PAIRS), *thresholds])
-    return {name: (code.result(), root / name) for name, code in codes.items()}
+
+    def arguments(name: str) -> list[str]:
+        variants = "fp32,opt,int8,ov_int8" if name == "electra" else "fp32,opt,int8"
+        thresholds = (["--int8-min-spearman", "0.5", "--int8-min-spearman-per-query", "0.5",
+                       "--int8-min-top10-overlap", "1.01"]
+                      if name == "electra" else LOOSE)
+        return ["--variants", variants, "--int8-method", "dynamic", "--validation-pairs",
+                str(TINY_PAIRS), "--calibration-pairs", str(TINY_CALIBRATION_PAIRS), *thresholds]
+
+    return _export_each(family_checkpoints, tmp_path_factory.mktemp("family-models"), arguments)
 
 
 def _torch_logits(checkpoint: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -168,14 +175,9 @@ def test_electra_ov_int8_missing_its_gate_keeps_the_others(
 def family_dynamo_exports(family_checkpoints: dict[str, Path],
                           tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Path]]:
     """Each family's fp32 graph written by the dynamo exporter (`--exporter dynamo`)."""
-    root = tmp_path_factory.mktemp("family-dynamo-models")
-    with ThreadPoolExecutor(max_workers=EXPORTS_AT_ONCE) as pool:
-        codes = {name: pool.submit(
-            in_child_process, main, ["export", "--model", str(checkpoint), "--out",
-                                     str(root / name), "--variants", "fp32", "--exporter",
-                                     "dynamo", "--validation-pairs", str(TINY_PAIRS), "--quiet"])
-                 for name, checkpoint in family_checkpoints.items()}
-    return {name: (code.result(), root / name) for name, code in codes.items()}
+    return _export_each(family_checkpoints, tmp_path_factory.mktemp("family-dynamo-models"),
+                        lambda name: ["--variants", "fp32", "--exporter", "dynamo",
+                                      "--validation-pairs", str(TINY_PAIRS), "--quiet"])
 
 
 @pytest.mark.parametrize("family", CROSS_ENCODERS)

@@ -48,6 +48,7 @@ import numpy as np
 from onnxrank._optional import require
 from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT
 from onnxrank.errors import ExportError
+from onnxrank.export.dependency_logs import dependency_logs_quieted
 from onnxrank.export.families.base import Family
 from onnxrank.export.families.decoder_attention import (
     grouped_attention_for,
@@ -309,7 +310,7 @@ def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...],
     torch = require("torch", extra="export")
     openvino = require("openvino", extra="openvino")
     with torch.inference_mode(), warnings.catch_warnings(), _float32_arithmetic(graph), \
-            _transformers_errors_only():
+            dependency_logs_quieted("transformers", floor=logging.ERROR):
         warnings.simplefilter("ignore")  # TorchScript tracer warnings, as for the ONNX export
         model = openvino.convert_model(graph, example_input=dummy, input=[
             (name, shape, element_type) for name, (shape, element_type) in inputs.items()])
@@ -319,21 +320,6 @@ def _convert(graph: torch.nn.Module, dummy: tuple[Any, ...],
     for port, name in zip(model.outputs, outputs, strict=True):
         port.get_tensor().set_names({name})
     return model
-
-
-@contextmanager
-def _transformers_errors_only() -> Iterator[None]:
-    """transformers' log at ERROR inside the block: torch.jit.trace (the converter's tracer)
-    reads every attribute of each module it wraps, and transformers 5's ``loss_function``
-    property logs that the config's ``loss_type=None`` is unrecognized when read, a notice
-    about training that a user of the export cannot act on."""
-    logging_utils = require("transformers", extra="export").utils.logging
-    level = logging_utils.get_verbosity()
-    logging_utils.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging_utils.set_verbosity(level)
 
 
 def _is_16bit(tensor: torch.Tensor) -> bool:
