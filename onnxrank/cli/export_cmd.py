@@ -17,7 +17,7 @@ from onnxrank.export.fidelity import FidelityThresholds
 # These modules import only numpy, tokenizers and onnxruntime at the top (torch and transformers
 # are imported inside the functions that need them), so `onnxrank --help` and `onnxrank models`
 # work without the export extra while the defaults below stay the library's own.
-from onnxrank.export.onnx import DEFAULT_OPSET, EXPORTERS
+from onnxrank.export.onnx import DEFAULT_OPSET, DYNAMO_MIN_OPSET, EXPORTERS
 from onnxrank.export.quantize import INT8_METHODS
 from onnxrank.export.recipes import BUILTIN_RECIPES
 from onnxrank.export.source import DEFAULT_REGISTRY
@@ -91,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="tokens per row recorded in the manifest; default 512 for rerankers, the "
              "sentence-transformers max_seq_length for embedders")
     add_flag(export, "export", "--opset", type=int, default=DEFAULT_OPSET,
-             help="ONNX opset (the dynamo exporter writes 18 or above)")
+             help=f"ONNX opset (the dynamo exporter writes {DYNAMO_MIN_OPSET} or above)")
     add_flag(export, "export", "--variants", default=",".join(VARIANT_NAMES),
              help="comma-separated variants to write; ov_int8 alone on a decoder converts "
              "the checkpoint in its own dtype straight to the int8 IR, with no fp32 copy (the "
