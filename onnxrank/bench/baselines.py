@@ -7,7 +7,8 @@
 - ``fastembed``: fastembed's TextCrossEncoder on our int8 file, registered as a custom model and
   loaded from the model directory (no hub download); ``fastembed_fp32``: the same on the plain
   fp32 ``model.onnx``, the file fastembed itself ships for MiniLM cross-encoders.
-- FlashRank cannot take part: see FLASHRANK_SKIP_REASON.
+- The peers at their best (CTranslate2, FlashRank, sentence-transformers on OpenVINO): see
+  onnxrank.bench.peers.
 
 A baseline that cannot run here raises MissingDependencyError, DeviceUnavailableError or
 ModelLoadError; the suite reports the message as the reason it skipped that baseline.
@@ -42,11 +43,6 @@ FASTEMBED_FILES = ("tokenizer.json", "tokenizer_config.json")
 FASTEMBED_OPTIONAL_FILES = ("config.json", "special_tokens_map.json", "vocab.txt")
 FASTEMBED_VARIANTS = ("int8", "fp32")
 FASTEMBED_FILE_LABELS = {"int8": "our int8 file", "fp32": "the plain fp32 model.onnx, its default"}
-FLASHRANK_SKIP_REASON = (
-    "FlashRank skipped: Ranker(model_name=...) only loads its own model names from "
-    "cache_dir/<name>/<fixed file name>, downloading them when absent, so it cannot be pointed "
-    "at our int8 file; it also builds its onnxruntime session without a thread setting"
-)
 
 
 def checkpoint_dir(spec: ModelSpec, model_dir: Path) -> Path:
@@ -121,11 +117,21 @@ class SentenceTransformersBaseline:
             "checkpoint": str(path),
         }
         self.label = f"sentence-transformers CrossEncoder (PyTorch fp32, batch {ST_BATCH_SIZE})"
+        self._identity = torch.nn.Identity()
 
     def score(self, pairs: Sequence[Pair]) -> Scores:
         """Scores of the pairs, in input order."""
         return np.asarray(
             self._model.predict(list(pairs), batch_size=ST_BATCH_SIZE, show_progress_bar=False),
+            dtype=np.float32,
+        )
+
+    def score_logits(self, pairs: Sequence[Pair]) -> Scores:
+        """The model's logits of the pairs, in input order: the fidelity reference, as a sigmoid
+        in float32 ties every logit above about 17 at 1.0."""
+        return np.asarray(
+            self._model.predict(list(pairs), batch_size=ST_BATCH_SIZE, show_progress_bar=False,
+                                activation_fn=self._identity),
             dtype=np.float32,
         )
 

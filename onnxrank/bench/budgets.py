@@ -1,6 +1,6 @@
 """Performance budgets (onnxrank/bench/suite/budgets.toml): loading, checking, the verdict table.
 
-Three kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
+Four kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
 
 1. Ratio floors (``ratio = "engine/st"``, ``min_ratio = 2.5``): the median over items of the
    per-item speed-up, measured interleaved in the same process. Machine-independent.
@@ -9,6 +9,10 @@ Three kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
    single-core workload now versus on the reference machine (see environment.calibrate).
 3. Share-of-ceiling floors (``min_ceiling_share = 0.4`` with a ``contender``): the contender's
    effective model ops/s over the GEMM ceiling of its precision, both measured in the same run.
+4. Pareto verdicts (``pareto = "ct2"``, peers scenario): the engine is faster than that peer
+   (interval of the ratio above 1) at no lower fidelity to PyTorch fp32 (onnxrank.bench.fidelity);
+   "not measured" when the peer's row was not (its environment missing), so it holds only where
+   the row is measured.
 
 A ratio floor against a peer that computes in another precision (PyTorch fp32) can follow the
 chip's own arithmetic instead of holding one number for a whole machine class:
@@ -47,10 +51,12 @@ logger = logging.getLogger(__name__)
 
 ANY_MODEL = "*"
 ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "min_ratio",
-              "min_ceiling_share", "model", "machine_class", "note"}
+              "min_ceiling_share", "pareto", "model", "machine_class", "note"}
 # Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
-FLOOR_METRICS = ("ratio", "ceiling_share")
-UNITS = {"ratio": "x", "ceiling_share": ""}  # the others: " ms"
+FLOOR_METRICS = ("ratio", "ceiling_share", "pareto")
+UNITS = {"ratio": "x", "ceiling_share": "", "pareto": ""}  # the others: " ms"
+# a pareto budget's measured value: 1 when the verdict is "yes", else 0; its limit is 1
+PARETO_YES = 1.0
 DEVICE_CLASSES = ("cpu", "cuda")
 # The keys of a min_ratio that follows the GEMM ceilings, and the ceilings it may name.
 SCALING_KEYS = ("base", "gemm_share", "ceilings")
@@ -120,9 +126,10 @@ class Budget:
         device: "cpu" or "cuda".
         scenario: Scenario name ("latency", "padding", ...).
         regime: Regime name, or None for every regime of the scenario.
-        metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency), "ratio" or
-            "ceiling_share" (floors).
-        subject: The contender for latency and share metrics; "a/b" for a ratio.
+        metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency), "ratio",
+            "ceiling_share" or "pareto" (floors).
+        subject: The contender for latency and share metrics, the peer for pareto; "a/b" for a
+            ratio.
         limit: Milliseconds on the reference machine, the minimum ratio or the minimum share.
         model: Model name the budget holds for, or "*".
         note: Why the budget is what it is.
@@ -203,6 +210,8 @@ class Verdict:
         return "-" if self.measured is None else self._with_unit(self.measured)
 
     def _with_unit(self, value: float) -> str:
+        if self.budget.metric == "pareto":
+            return "yes" if value >= PARETO_YES else "no"
         return f"{value:.2f}{UNITS.get(self.budget.metric, ' ms')}"
 
 
@@ -252,9 +261,12 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
         budgets.append(Budget(metric="ceiling_share", subject=str(entry.get("contender", "engine")),
                               limit=_number(where, "min_ceiling_share",
                                             entry["min_ceiling_share"]), **common))
+    if "pareto" in entry:
+        budgets.append(Budget(metric="pareto", subject=str(entry["pareto"]), limit=PARETO_YES,
+                              **common))
     if not budgets:
         raise BudgetFileError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
-                         "or min_ceiling_share")
+                         "min_ceiling_share or pareto")
     return budgets
 
 
@@ -342,6 +354,12 @@ def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str
             return result.ratios[budget.subject]["median"], ""
         reason = result.skipped.get(slower) or result.skipped.get(faster) or "ratio not measured"
         return None, reason
+    if budget.metric == "pareto":
+        verdict = result.pareto.get(budget.subject)
+        if verdict is None or verdict["verdict"] not in ("yes", "no"):
+            return None, result.skipped.get(budget.subject) or (
+                verdict["why"] if verdict else f"{budget.subject} not measured")
+        return (PARETO_YES if verdict["verdict"] == "yes" else 0.0), ""
     if budget.subject not in result.contenders:
         return None, result.skipped.get(budget.subject, f"{budget.subject} not measured")
     stats = result.contenders[budget.subject]["stats"]

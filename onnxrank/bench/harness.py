@@ -60,12 +60,15 @@ class Contender(Generic[Item]):
         label: Human description for reports.
         run: Processes one item (the work that is timed).
         settings: Device, provider, variant, threads, batching settings: goes to extra_info.
+        timer: The seconds of its last run as it measured them itself (a peer in a child
+            process: its compute without the pipe); None: the wall time around `run`.
     """
 
     name: str
     label: str
     run: Callable[[Item], object]
     settings: dict[str, Any] = field(default_factory=dict)
+    timer: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +333,8 @@ def measure_interleaved(
     def run(contender: Contender[Item], item: int) -> None:
         started = time.perf_counter()
         contender.run(items[item])
-        seconds[contender.name][item] = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        seconds[contender.name][item] = wall if contender.timer is None else contender.timer()
 
     pending = iter(schedule)
 
@@ -433,6 +437,9 @@ class ScenarioResult:
         skipped: Contenders that could not run, with the reason.
         workload: Workload.describe() of what was measured.
         measurement: How many items, why it stopped, the rule and whether its time cap bit.
+        fidelity: Per contender, its agreement with PyTorch fp32 on the requests it ran
+            (onnxrank.bench.fidelity; the peers scenario only).
+        pareto: Per peer, whether the engine is faster at no lower fidelity (the same).
     """
 
     scenario: str
@@ -444,6 +451,8 @@ class ScenarioResult:
     skipped: dict[str, str] = field(default_factory=dict)
     workload: dict[str, Any] = field(default_factory=dict)
     measurement: dict[str, Any] = field(default_factory=dict)
+    fidelity: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pareto: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def summarize(

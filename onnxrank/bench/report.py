@@ -13,6 +13,7 @@ from typing import Any
 from onnxrank._optional import require
 from onnxrank.bench.budgets import Verdict
 from onnxrank.bench.contenders import describe_engine_options
+from onnxrank.bench.fidelity import FIDELITY_TOLERANCES, REFERENCE
 from onnxrank.bench.harness import ScenarioResult
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     lines += ["", f"Time caps that bit: {len(capped)} of {sum(bool(r.measurement) for r in results)} "
               "measurements" + (": " + "; ".join(f"{r.scenario}/{r.regime}/{r.device}"
                                                  for r in capped) if capped else "") + "."]
+    lines += peer_section(results)
     lines += ["", "## Budgets", ""]
     lines += _table(
         ["budget", "device", "machine class", "measured", "allowed", "verdict",
@@ -146,6 +148,45 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
     if plots:
         lines += ["", "## Plots", "", *plots]
     return "\n".join(lines) + "\n"
+
+
+def peer_section(results: Sequence[ScenarioResult]) -> list[str]:
+    """The peer table: per regime and contender, time against the engine, fidelity to PyTorch
+    fp32 on the queries it was timed on, and the Pareto verdict; skipped peers with the reason."""
+    peers = [r for r in results if r.scenario == "peers" and r.status == "measured"]
+    if not peers:
+        return []
+    tolerances = ", ".join(f"{metric} {value}" for metric, value in FIDELITY_TOLERANCES.items())
+    lines = ["", "## Peers: time and fidelity", "",
+             "Time: median over queries of (peer's time / engine's time), 95% interval; a peer in "
+             "a child process is timed on its own compute, its pipe round trip given apart. "
+             f"Fidelity against `{REFERENCE}` (PyTorch fp32 of the same checkpoint) on the queries "
+             "each contender was timed on: mean per-query Spearman and top-10 overlap. Verdict: "
+             "engine faster (interval above 1) at no lower fidelity (each metric at most "
+             f"{tolerances} below the peer's).", ""]
+    rows = []
+    for result in peers:
+        for name, contender in result.contenders.items():
+            ratio = result.ratios.get(f"engine/{name}")
+            fidelity = result.fidelity.get(name, {})
+            verdict = result.pareto.get(name)
+            pipe = contender.get("pipe_round_trip_ms")
+            rows.append([
+                result.regime, f"{name}: {contender['label']}",
+                "1" if ratio is None and name == "engine" else
+                "-" if ratio is None else f"{ratio['median']:.2f}x [{interval_text(ratio)}]",
+                _ms(contender["stats"]["p50_ms"]),
+                f"{fidelity['spearman']:.4f}" if fidelity else "-",
+                f"{fidelity['top10_overlap']:.3f}" if fidelity else "-",
+                str(fidelity.get("queries", "-")),
+                "-" if pipe is None else _ms(pipe["median"]),
+                "reference" if name == REFERENCE else
+                "-" if verdict is None else f"**{verdict['verdict']}** ({verdict['why']})"])
+        rows += [[result.regime, f"{name}: {reason}", "", "", "", "", "", "", "not measured"]
+                 for name, reason in result.skipped.items()]
+    lines += _table(["regime", "contender", "time vs engine", "p50 ms", "Spearman", "top-10",
+                     "queries", "pipe ms", "engine faster at no lower fidelity"], rows)
+    return lines
 
 
 def interval_text(stats: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:

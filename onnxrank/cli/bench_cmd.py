@@ -52,6 +52,7 @@ SCENARIO_FILES = {
     "retrieval_stages": "test_retrieval_stages.py",
     "order_check": "test_order_check.py",
     "overhead": "test_overhead.py",
+    "peers": "test_peers.py",
     "serving": "test_serving.py",
 }
 # Run only when named: families and decoder build and export full-size checkpoints of other
@@ -71,6 +72,7 @@ EPILOG = f"""examples:
   onnxrank bench --device cpu,cuda --regimes short,mixed --scenarios latency
   onnxrank bench --quick --budgets my_budgets.toml
   onnxrank bench --quick --scenarios latency --precision fp32 --max-batch-tokens 4096
+  onnxrank bench --scenarios peers --peer-python /tmp/peers/bin/python
   onnxrank bench --scenarios families,decoder    # opt-in: other model families; long
 
 Outputs in --out: summary.md (tables), summary.json (our summary), {PYTEST_BENCHMARK_JSON}
@@ -235,6 +237,7 @@ def run_bench(args: argparse.Namespace) -> int:
         f"--bench-models-dir={args.models_dir}",
         f"--bench-engine-options={json.dumps(engine_options)}",
         f"--bench-embedder={args.embedder}",
+        *([f"--bench-late-model={args.late_model}"] if args.late_model else []),
         f"--bench-dataset={args.dataset}",
         f"--bench-device={args.device}",
         f"--bench-regimes={args.regimes}",
@@ -250,6 +253,8 @@ def run_bench(args: argparse.Namespace) -> int:
         pytest_args.append(f"--bench-queries={args.queries}")
     if args.infinity is not None:
         pytest_args.append(f"--bench-infinity={args.infinity}")
+    if args.peer_python is not None:
+        pytest_args.append(f"--bench-peer-python={args.peer_python}")
     logger.info("pytest %s", " ".join(pytest_args))
     code = int(pytest.main(pytest_args))
     print(f"onnxrank bench: report in {out} (summary.md, summary.json, "
@@ -294,6 +299,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="where model names are looked up")
     add_flag(parser, COMMAND, "--embedder", default=DEFAULT_EMBEDDER,
              help="embedding model (name or directory) of the retrieval-stages scenario")
+    add_flag(parser, COMMAND, "--late-model", default=None,
+             help="late-interaction model (name or directory) of the retrieval cascade scenario: "
+                  "its stored document vectors over the candidates, then --model over the top "
+                  "50; default: that scenario is skipped")
     add_flag(parser, COMMAND, "--dataset", default=str(DEFAULT_DATASET),
              help="dataset directory (corpus.jsonl, queries.jsonl) the workloads are cut from; "
                   "default: the sample shipped with the package")
@@ -310,6 +319,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMMAND, "--infinity", default=None,
              help="the serving scenario's peer: Infinity's infinity_emb executable (default: the "
                   "one on PATH; reported as skipped, with its install command, when absent)")
+    add_flag(parser, COMMAND, "--peer-python", default=None,
+             help="the peers scenario's OpenVINO peers (sentence-transformers on OpenVINO and its "
+                  "static int8 export) run in a child process of this interpreter, from an "
+                  "environment of their own (docs/peers.md); without it their rows are skipped "
+                  "with the command that builds it")
     engine = parser.add_argument_group(
         "engine options (same meaning and twins as in every command; for every engine "
         "contender, a sweep varies its own setting on top)")

@@ -33,6 +33,7 @@ from onnxrank.retrieval.compression import (
     DEFAULT_SEGMENT_TOKENS,
 )
 from onnxrank.retrieval.dense import HnswSettings
+from onnxrank.retrieval.document_vectors import DEFAULT_VECTOR_PRECISION, VECTOR_PRECISIONS
 from onnxrank.retrieval.eval import DEFAULT_EVAL_RERANK_TOP_N, EVAL_CHUNK_WORDS, EVAL_MODES
 from onnxrank.retrieval.fusion import DEFAULT_FUSION_WEIGHT, DEFAULT_RRF_K, FUSIONS, FusionConfig
 from onnxrank.retrieval.hybrid import DEFAULT_DEPTH, DEFAULT_K
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 INDEX_EPILOG = """example:
   onnxrank index --source docs --index indexes/docs --embedder minilm-embedder
   onnxrank index --source ../shared/data/cacm/corpus.jsonl --index indexes/cacm --chunk-words 1000
+  onnxrank index --source docs --index indexes/docs --document-vectors colbert-small
 """
 QUERY_EPILOG = """example:
   onnxrank query "how are int8 models validated" --index indexes/docs --mode hybrid \\
@@ -52,6 +54,8 @@ QUERY_EPILOG = """example:
       --reranker-url http://127.0.0.1:8080 --json
   onnxrank query "wing lift" --index indexes/papers --rerank --compress
   onnxrank query "wing lift" --index indexes/papers --fusion convex --fusion-weight 0.3
+  onnxrank query "wing lift" --index indexes/docs --cascade colbert-small:50,minilm-standin \
+      --rerank-top-n 1000 --deadline-ms 200
 """
 EVAL_EPILOG = """example:
   onnxrank eval --dataset cranfield-sample --index indexes/cranfield-sample \\
@@ -112,6 +116,13 @@ def _register_index(subparsers: argparse._SubParsersAction) -> None:
              help="HNSW query beam stored as the index default")
     add_flag(index, command, "--reconcile", action=argparse.BooleanOptionalAction, default=None,
              help="remove documents missing from the source; default: on for folders, off for JSONL")
+    add_flag(index, command, "--document-vectors", default=None,
+             help="late-interaction model (name under --models-dir, or a path) whose token vectors "
+                  "of every chunk are stored, so a rerank with it encodes only the query")
+    add_flag(index, command, "--vector-precision", default=DEFAULT_VECTOR_PRECISION,
+             choices=VECTOR_PRECISIONS,
+             help="stored token vectors: fp16 (2 bytes a value) or int8 (1 byte a value and a "
+                  "scale per vector); fixed when the index first stores vectors")
     add_flag(index, command, "--progress", action=argparse.BooleanOptionalAction,
              default=sys.stderr.isatty(), help="show a progress bar; default: when stderr is a terminal")
     _add_embedder_runtime_flags(index)
@@ -193,12 +204,16 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
     add_flag(query, command, "--depth", type=int, default=None,
              help=f"candidates per side; default max({DEFAULT_DEPTH}, k, rerank-top-n)")
     add_flag(query, command, "--rerank", action=argparse.BooleanOptionalAction, default=None,
-             help="rerank the top fused candidates; default: on when --reranker is given")
+             help="rerank the top fused candidates; default: on when --reranker or --cascade is given")
     add_flag(query, command, "--rerank-top-n", type=int, default=None,
              help="fused candidates to rerank; default max(5*k, 50)")
     add_flag(query, command, "--deadline-ms", type=float, default=None,
              help="rerank time budget; local: unscored candidates keep the fused order; remote: "
-                  "the call gives up and keeps the fused order")
+                  "the call gives up and keeps the fused order; cascade: the whole cascade's budget")
+    add_flag(query, command, "--cascade", default=None,
+             help="rerank through local models in stages, MODEL[:KEEP] separated by commas, e.g. "
+                  "colbert-small:50,minilm-standin: each stage keeps its best KEEP for the next; a "
+                  "late-interaction stage reads the index's stored document vectors")
     add_flag(query, command, "--embedder", default=None,
              help="query embedder; default: the one recorded in the index")
     add_flag(query, command, "--json", action=argparse.BooleanOptionalAction, default=False,
@@ -273,6 +288,16 @@ def run_index(args: argparse.Namespace) -> int:
         precision=args.precision,
         **_embedder_overrides(args),
     )
+    document_vectors = None
+    if args.document_vectors is not None:
+        from onnxrank.engine.late_interaction import LateInteractionReranker
+        from onnxrank.engine.reranker import Reranker
+
+        model = Reranker.from_dir(locate_model(args, args.document_vectors), **_embedder_overrides(args))
+        if not isinstance(model, LateInteractionReranker):
+            raise ValueError(f"--document-vectors needs a late-interaction model, got "
+                             f"{model.spec.name!r} ({model.spec.task})")
+        document_vectors = model
     report = build_index(
         args.source,
         args.index,
@@ -282,6 +307,8 @@ def run_index(args: argparse.Namespace) -> int:
         hnsw=HnswSettings(M=args.hnsw_m, ef_construction=args.ef_construction, ef_search=args.ef_search),
         reconcile=args.reconcile,
         show_progress=args.progress,
+        document_vectors=document_vectors,
+        vector_precision=args.vector_precision,
     )
     print(
         f"indexed {args.source} into {args.index} in {report.seconds:.1f} s: "
@@ -289,6 +316,10 @@ def run_index(args: argparse.Namespace) -> int:
         f"{report.removed} removed; {report.documents} documents, {report.chunks} chunks "
         f"(embedder {embedder.spec.name}, {embedder.device_info.variant})"
     )
+    if report.vector_chunks:
+        print(f"stored document vectors: {report.vector_chunks} chunks, {report.vector_rows} "
+              f"vectors, {report.vector_bytes} bytes ({report.vector_bytes / report.vector_chunks:.0f} "
+              f"bytes a chunk, {report.vector_bytes / max(report.vector_rows, 1):.0f} a vector)")
     return 0
 
 
@@ -303,7 +334,28 @@ def _parse_filter(text: str | None) -> dict[str, Any] | None:
 
 
 def _wants_rerank(args: argparse.Namespace) -> bool:
-    return args.rerank if args.rerank is not None else args.reranker is not None
+    if args.rerank is not None:
+        return bool(args.rerank)
+    return args.reranker is not None or getattr(args, "cascade", None) is not None
+
+
+def _query_backend(args: argparse.Namespace, retriever: Any) -> Any:
+    """The --cascade backend (with the index's stored vectors), else the --reranker one."""
+    if args.cascade is None:
+        return make_backend(args)
+    if args.reranker is not None:
+        raise ValueError("--cascade runs local models; leave --reranker unset")
+    from onnxrank.rerankers.cascade import build_cascade, parse_stages
+    from onnxrank.retrieval.document_vectors import open_document_vectors
+
+    overrides = engine_overrides(args)
+    return build_cascade(
+        parse_stages(args.cascade),
+        models_dir=args.models_dir,
+        config=EngineConfig().with_overrides(**overrides) if overrides else None,
+        document_vectors=open_document_vectors(retriever.store),
+        on_error=args.on_error,
+    )
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -319,7 +371,7 @@ def run_query(args: argparse.Namespace) -> int:
     open_ms = (time.perf_counter() - started) * 1000
     try:
         rerank = _wants_rerank(args)
-        backend = make_backend(args) if rerank else None
+        backend = _query_backend(args, retriever) if rerank else None
         # Models load here, not inside the first search's stage times.
         load = retriever.preload(mode=args.mode, reranker=backend)
         if args.embedder is not None:  # open() loaded the named embedder

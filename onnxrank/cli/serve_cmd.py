@@ -175,8 +175,7 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         ValueError: Two models with the same id, or a bad --model entry.
     """
     from onnxrank.engine.devices import usable_cpus
-    from onnxrank.engine.embedder import Embedder
-    from onnxrank.engine.reranker import Reranker
+    from onnxrank.engine.kinds import KINDS
     from onnxrank.engine.spec import load_model_spec
 
     located = []
@@ -201,8 +200,7 @@ def load_served(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     shares = engine_threads(fixed, options.get("threads"), usable_cpus())
     engines: dict[str, Any] = {}
     for (entry, model_dir, spec), threads in zip(located, shares):
-        kind = Reranker if spec.task == "rerank" else Embedder
-        engine = kind.from_dir(model_dir, **{**options, "threads": threads})
+        engine = KINDS[spec.kind].from_dir(model_dir, **{**options, "threads": threads})
         name = entry.model_id or spec.name
         if name in engines:
             raise ValueError(f"two --model entries are served as {name!r}; give each its own id "

@@ -90,17 +90,26 @@ def batch_movement(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],
     if multiple < 1:
         raise ValueError(f"the padding multiple must be >= 1, got {multiple}")
     longest = min(round_up(max(len(row.ids) for row in rows), multiple) + multiple, max_length)
-    together = np.asarray(run(feeds_at(rows, longest - unpadded_tokens)),
-                          dtype=np.float64).reshape(len(rows), -1)
-    alone = np.stack([
-        np.asarray(run(feeds_at([row], min(round_up(len(row.ids), multiple), max_length)
-                                - unpadded_tokens)), dtype=np.float64).reshape(-1)
+    batch = np.asarray(run(feeds_at(rows, longest - unpadded_tokens)), dtype=np.float64)
+    together = np.concatenate([_row_outputs(batch[index], row) for index, row in enumerate(rows)])
+    alone = np.concatenate([
+        _row_outputs(np.asarray(run(feeds_at([row], min(round_up(len(row.ids), multiple),
+                                                         max_length) - unpadded_tokens)),
+                                dtype=np.float64)[0], row)
         for row in rows])
     largest = float(np.abs(alone - together).max())
     spread = float(together.std())
     if spread == 0.0:
         return 0.0 if largest == 0.0 else float("inf")
     return largest / spread
+
+
+def _row_outputs(outputs: np.ndarray, row: EncodedRow) -> np.ndarray:
+    """One row's outputs, flat: a per-token output ([sequence, dim], late-interaction token
+    vectors) cut to the row's own positions, which padding leaves alone."""
+    if outputs.ndim == 2:
+        outputs = outputs[:len(row.ids)]
+    return outputs.reshape(-1)
 
 
 def measure_batch_invariance(run: RunFeeds, feeds_at: FeedsAt, rows: Sequence[EncodedRow],

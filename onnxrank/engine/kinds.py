@@ -12,6 +12,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from onnxrank.engine.embedder import Embedder
+from onnxrank.engine.late_interaction import LateInteractionReranker
 from onnxrank.engine.model import EngineModel
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.reranker import DecoderReranker, Reranker
@@ -22,6 +23,7 @@ KINDS: dict[ModelKind, type[EngineModel[Any]]] = {
     ModelKind.CROSS_ENCODER: Reranker,
     ModelKind.DECODER_RERANKER: DecoderReranker,
     ModelKind.EMBEDDER: Embedder,
+    ModelKind.LATE_INTERACTION: LateInteractionReranker,
 }
 
 

@@ -3,7 +3,8 @@
 A kind (onnxrank.engine.kinds) is a subclass that says which manifests it runs
 (`kind`, a ModelKind), how its items become rows (`row_encoder`), what the runtime probe times
 (`probe_items`) and what it checks once loaded (`_checked`). Loading is shared: `from_dir`
-reads the manifest, picks the kind's class once from ``ModelSpec.kind``, and loads the files
+reads the manifest, picks the kind's class once from ``ModelSpec.kind`` (the table of
+onnxrank.engine.kinds), and loads the files
 through onnxrank.engine.runtime.
 """
 
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from tokenizers import Tokenizer
 
@@ -92,13 +93,18 @@ class EngineModel(ABC, Generic[Item]):
         config = (config or EngineConfig()).with_overrides(**overrides)
         model_dir = Path(path)
         spec = load_model_spec(model_dir)
-        kind = next((klass for klass in _with_subclasses(cls) if klass.kind is spec.kind), None)
-        if kind is None:
+        # the table imports every kind's module, this one among them
+        from onnxrank.engine.kinds import KINDS
+
+        kind = KINDS.get(spec.kind)
+        if kind is not None and issubclass(cls, kind) and cls.kind is spec.kind:
+            kind = cls  # a user's subclass of the kind's class runs as itself
+        if kind is None or not issubclass(kind, cls):
             raise ModelLoadError(f"{model_dir} holds a {spec.task!r} model, but this needs "
                                  f"{cls.needs}")
         loaded = load_model(spec, model_dir, config=config, probe_rows=kind.probe_rows,
                             started=started)
-        return kind._checked(loaded, config)
+        return cast(Model, kind._checked(loaded, config))
 
     @classmethod
     def from_pretrained(cls: type[Model], name: str | Path, *,
@@ -181,9 +187,3 @@ class EngineModel(ABC, Generic[Item]):
                                       sort_by_length=sort_by_length)
         return RowPlan(rows, batches, self.spec.pad_token_id)
 
-
-def _with_subclasses(cls: type[Model]) -> Iterator[type[Model]]:
-    """`cls` and every class below it (each kind's class is defined beside its base)."""
-    yield cls
-    for subclass in cls.__subclasses__():
-        yield from _with_subclasses(subclass)

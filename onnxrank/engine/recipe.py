@@ -56,6 +56,13 @@ SCORES: dict[str, ScoreKind] = {
     "logit_difference": ScoreKind(
         ("yes_token", "no_token"), (1.0, -1.0), "none",
         "logits[:, 0] = logit(yes) - logit(no) at the last real token (the raw score)"),
+    # monoT5 / InRanker / mT5 mMARCO (a seq2seq family's graph): p(true) = softmax([logit(true),
+    # logit(false)])[0] at the first decoder step, as the rerankers library reports it (pygaggle
+    # reports its log, the same ranking)
+    "seq2seq_softmax": ScoreKind(
+        ("yes_token", "no_token"), (1.0, -1.0), "sigmoid",
+        "logits[:, 0] = logit(true) - logit(false) at the first decoder step; sigmoid of it = "
+        "p(true)"),
     # a sentence-transformers CrossEncoder whose LogitScore reads one token, under its default
     # Sigmoid activation (onnxrank.export.recipes.sentence_transformers_recipe)
     "yes_logit_sigmoid": ScoreKind(

@@ -34,6 +34,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from onnxrank.engine.late_rows import LateInteractionSettings
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ModelLoadError
@@ -41,7 +42,7 @@ from onnxrank.errors import ModelLoadError
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 VARIANT_NAMES = tuple(VARIANTS)
-Task = Literal["rerank", "embedding"]
+Task = Literal["rerank", "embedding", "late_interaction"]
 Activation = Literal["sigmoid", "softmax", "none"]
 
 
@@ -52,6 +53,7 @@ class ModelKind(Enum):
     CROSS_ENCODER = "a cross-encoder reranker"
     DECODER_RERANKER = "a decoder reranker"
     EMBEDDER = "an embedding model"
+    LATE_INTERACTION = "a late-interaction (ColBERT) model"
 
 
 # The one table from manifest facts to a kind: (task, whether a prompt recipe is recorded).
@@ -59,6 +61,7 @@ _KINDS: dict[tuple[str, bool], ModelKind] = {
     ("rerank", False): ModelKind.CROSS_ENCODER,
     ("rerank", True): ModelKind.DECODER_RERANKER,
     ("embedding", False): ModelKind.EMBEDDER,
+    ("late_interaction", False): ModelKind.LATE_INTERACTION,
 }
 
 
@@ -148,14 +151,20 @@ class ModelSpec:
     # variants asked for but left out, name -> {"stage": ..., "reason": ...} (a crash, a missed
     # gate, or not applicable to the family); the variants that passed are kept
     failed_variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # late-interaction models only: how rows are made and which count (LateInteractionSettings
+    # .to_manifest, onnxrank.engine.late_rows); None for every other kind
+    late_interaction: dict[str, Any] | None = None
     notes: str = ""
     format_version: int = MANIFEST_FORMAT
     # `prompt` parsed once, here; not a manifest field of its own (to_dict leaves it out)
     recipe: PromptRecipe | None = field(init=False, repr=False, compare=False)
+    # `late_interaction` parsed once, here (to_dict leaves it out too)
+    late_settings: LateInteractionSettings | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.task not in ("rerank", "embedding"):
-            raise ValueError(f"task must be 'rerank' or 'embedding', got {self.task!r}")
+        if self.task not in {task for task, _ in _KINDS}:
+            raise ValueError(f"task must be one of {sorted({task for task, _ in _KINDS})}, "
+                             f"got {self.task!r}")
         if self.num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {self.num_labels}")
         if self.max_length < 8:
@@ -178,6 +187,12 @@ class ModelSpec:
         object.__setattr__(self, "recipe", None if self.prompt is None else PromptRecipe.from_dict(
             self.prompt, origin="the manifest's prompt recipe"))
         model_kind(self.task, self.recipe)
+        if (self.late_interaction is None) == (self.kind is ModelKind.LATE_INTERACTION):
+            raise ValueError("late_interaction settings are required for a late-interaction "
+                             f"model and only there; task {self.task!r} has "
+                             f"{'none' if self.late_interaction is None else 'some'}")
+        object.__setattr__(self, "late_settings", None if self.late_interaction is None
+                           else LateInteractionSettings.from_manifest(self.late_interaction))
 
     @property
     def kind(self) -> ModelKind:
@@ -187,7 +202,7 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, the exact content of manifest.json."""
         data = asdict(self)
-        del data["recipe"]
+        del data["recipe"], data["late_settings"]
         return data
 
     @classmethod

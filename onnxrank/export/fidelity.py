@@ -24,7 +24,8 @@ INT8_VARIANTS = (*(facts.name for facts in VARIANTS.values() if facts.precision 
 
 @dataclass(frozen=True, slots=True)
 class FidelityThresholds:
-    """Minimum fidelity per variant; a variant below any of them, on either part, fails the export.
+    """Minimum fidelity per variant; a variant below any of them, on either part in either regime
+    (onnxrank.export.validate.REGIMES), fails the export.
 
     Rerank models are judged on scores (logits); embedding models on the cosine between the
     variant's and the reference's embedding of each text.
@@ -43,7 +44,10 @@ class FidelityThresholds:
             stand-in's ov_int8 passed a pooled 0.991 on the held-out pairs with a per-query mean
             of 0.973).
         int8_min_top10_overlap: Mean over a part's query groups of the share of the reference
-            top-10 kept, for the same variants.
+            top-10 kept, for the same variants: 0.95, at most one of the top ten swapped out in
+            every other query. 0.9 passed an OpenVINO int8+bf16 default that kept 0.906 of the
+            top ten on short first-stage lists (issue 53) while its groups of judged and random
+            documents read 0.985.
         fp16_max_abs_diff: Largest |logit difference| for model_fp16.onnx (when CPU can run it).
         embedding_min_cosine: Lowest per-text cosine for fp32, opt and fp16 embedding variants.
         int8_min_cosine: Lowest per-text cosine for the int8 embedding variants.
@@ -53,7 +57,7 @@ class FidelityThresholds:
     opt_max_abs_diff: float = 1e-3
     int8_min_spearman: float = 0.98
     int8_min_spearman_per_query: float = 0.98
-    int8_min_top10_overlap: float = 0.9
+    int8_min_top10_overlap: float = 0.95
     fp16_max_abs_diff: float = 5e-2
     embedding_min_cosine: float = 0.999
     int8_min_cosine: float = 0.98

@@ -95,8 +95,13 @@ def tuning_failures(context: ExportContext, variant: str, metrics: dict[str, Any
 
 
 def attempt_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The tuning metrics (ATTEMPT_METRICS) a ladder attempt records of a fidelity record."""
-    return {key: metrics[key] for key in ATTEMPT_METRICS if key in metrics}
+    """The tuning metrics (ATTEMPT_METRICS) a ladder attempt records of a fidelity record, over
+    the part and per regime (``regimes``, where the record has them)."""
+    kept = {key: metrics[key] for key in ATTEMPT_METRICS if key in metrics}
+    if metrics.get("regimes"):
+        kept["regimes"] = {regime: attempt_metrics(values)
+                           for regime, values in metrics["regimes"].items()}
+    return kept
 
 
 def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],

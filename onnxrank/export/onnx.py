@@ -115,6 +115,7 @@ def export_module(
     input_names: tuple[str, ...],
     opset: int = DEFAULT_OPSET,
     exporter: Exporter = "torchscript",
+    per_token_output: bool = False,
 ) -> Path:
     """Export a graph module (inputs positionally) to an fp32 ONNX file with dynamic batch and
     sequence axes.
@@ -127,6 +128,8 @@ def export_module(
         input_names: Graph inputs, e.g. ("input_ids", "attention_mask", "token_type_ids").
         opset: ONNX opset version.
         exporter: ``torchscript`` or ``dynamo`` (see the module docstring).
+        per_token_output: The output has a sequence axis too ([batch, sequence, ...]: token
+            vectors), not only a batch axis.
 
     Returns:
         `out_path`.
@@ -142,7 +145,8 @@ def export_module(
             _exporter_quiet():
         if exporter == "torchscript":
             dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in input_names}
-            dynamic_axes[output_name] = {0: "batch"}
+            dynamic_axes[output_name] = {0: "batch", 1: "sequence"} if per_token_output \
+                else {0: "batch"}
             torch.onnx.export(wrapper, dummy, str(out_path), input_names=list(input_names),
                               output_names=[output_name], dynamic_axes=dynamic_axes,
                               opset_version=opset, do_constant_folding=True, dynamo=False)

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +28,7 @@ from onnxrank.engine.runtime import DEFAULT_MODELS_DIR
 from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_file, write_manifest
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ExportError, FidelityError
+from onnxrank.export import late_interaction
 from onnxrank.export.context import (
     BuiltVariant,
     ExportContext,
@@ -63,6 +64,11 @@ from onnxrank.export.variants import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Tasks whose checkpoints export through stages of their own rather than the ExportTask stages
+# below: request, source, work directory, model name, progress -> the manifest written there.
+ExportRoute = Callable[["ExportRequest", ModelSource, Path, str, Progress], ModelSpec]
+EXPORT_ROUTES: dict[str, ExportRoute] = {late_interaction.TASK: late_interaction.export_into}
 
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -132,7 +138,7 @@ class ExportRequest:
                 f"variants must be a non-empty subset of {', '.join(VARIANT_NAMES)}, "
                 f"got {', '.join(self.variants) or 'nothing'}"
             )
-        if self.task is not None:
+        if self.task is not None and self.task not in EXPORT_ROUTES:
             export_task(self.task)
         if not self.int8:
             raise ValueError("int8 needs at least one recipe (Int8Settings)")
@@ -176,14 +182,15 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         ValueError: Bad request values.
     """
     source = resolve_source(request.model, task=request.task, registry_path=request.registry_path)
-    task = export_task(source.task)  # the one place the task's name is read
+    # a task with stages of its own (EXPORT_ROUTES), else the one place the task's name is read
+    route = EXPORT_ROUTES.get(source.task) or _task_route(export_task(source.task))
     request = replace(request, opset=exporter_opset(request.exporter, request.opset))
     out_dir = Path(request.out_dir) if request.out_dir is not None else Path(DEFAULT_MODELS_DIR) / source.name
     progress = Progress(show_progress)
     work_dir = _prepare_work_dir(out_dir)
     try:
         with _no_loading_bars():
-            spec = _export_into(request, source, task, work_dir, out_dir.name, progress)
+            spec = route(request, source, work_dir, out_dir.name, progress)
         _publish(work_dir, out_dir)
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -192,6 +199,16 @@ def export_model(request: ExportRequest, *, show_progress: bool = False) -> Expo
         progress.close()
     logger.info("exported %s to %s", request.model, out_dir)
     return ExportResult(out_dir, spec)
+
+
+def _task_route(task: ExportTask) -> ExportRoute:
+    """The stages of `_export_into` for `task`, as a route."""
+
+    def export(request: ExportRequest, source: ModelSource, work_dir: Path, name: str,
+               progress: Progress) -> ModelSpec:
+        return _export_into(request, source, task, work_dir, name, progress)
+
+    return export
 
 
 @contextlib.contextmanager

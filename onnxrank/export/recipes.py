@@ -77,8 +77,40 @@ MXBAI_RERANK_V2 = PromptRecipe(
     query_share=0.75,
     model_ids=("mixedbread-ai/mxbai-rerank-base-v2", "mixedbread-ai/mxbai-rerank-large-v2"),
 )
+# castorini's monoT5 (pygaggle's MonoT5, the rerankers library's T5Ranker) and InRanker: one
+# text "Query: {q} Document: {d} Relevant:" tokenized whole, the tokenizer's </s> after it; the
+# score is softmax over "▁true" / "▁false" at the first decoder step. Those cut the text's end
+# (the suffix with it); the engine cuts the document and keeps the suffix.
+MONOT5 = PromptRecipe(
+    name="monot5",
+    prefix="",
+    template=("{instruction}Query: {query} Document: {document} Relevant:",),
+    suffix="</s>",
+    default_instruction="",
+    yes_token="▁true",
+    no_token="▁false",
+    score="seq2seq_softmax",
+    model_ids=("castorini/monot5-", "unicamp-dl/InRanker-"),
+)
+# unicamp-dl's mT5 base mMARCO rerankers (mt5-base-mmarco-v1/-v2, mt5-base-en-msmarco,
+# mt5-base-en-pt-msmarco-*): monoT5's prompt, answered "▁yes" / "▁no" (pygaggle's and the
+# rerankers library's token table; their 3B and 13B mT5 read "▁true" against "▁" instead, which
+# no built-in recipe claims)
+MT5_MMARCO = PromptRecipe(
+    name="mt5-mmarco",
+    prefix="",
+    template=MONOT5.template,
+    suffix="</s>",
+    default_instruction="",
+    yes_token="▁yes",
+    no_token="▁no",
+    score="seq2seq_softmax",
+    model_ids=("unicamp-dl/mt5-base-mmarco-", "unicamp-dl/mt5-base-en-msmarco",
+               "unicamp-dl/mt5-base-en-pt-msmarco-"),
+)
 BUILTIN_RECIPES: dict[str, PromptRecipe] = {
-    recipe.name: recipe for recipe in (QWEN3_RERANKER, BGE_RERANKER_V2_GEMMA, MXBAI_RERANK_V2)}
+    recipe.name: recipe for recipe in (QWEN3_RERANKER, BGE_RERANKER_V2_GEMMA, MXBAI_RERANK_V2,
+                                       MONOT5, MT5_MMARCO)}
 
 def resolve_recipe(recipe: str | None, *, model: str) -> PromptRecipe | None:
     """The recipe an export uses.

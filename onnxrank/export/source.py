@@ -88,7 +88,8 @@ def resolve_source(model: str, *, task: str | None, registry_path: Path) -> Mode
         return ModelSource("hub", entry["model_id"], entry_task, model, entry)
     path = Path(model).expanduser()
     if path.is_dir():
-        return ModelSource("local", str(path.resolve()), task or "rerank", path.resolve().name)
+        return ModelSource("local", str(path.resolve()), task or _local_task(path),
+                           path.resolve().name)
     if model.startswith(("/", ".", "~")) or path.exists():
         raise ExportError(
             f"model directory {model} does not exist or is not a directory; pass a checkpoint "
@@ -102,6 +103,14 @@ def resolve_source(model: str, *, task: str | None, registry_path: Path) -> Mode
         + (f"registry names in {registry_path}: {', '.join(sorted(registry))}" if registry
            else f"no registry found at {registry_path}")
     )
+
+
+def _local_task(directory: Path) -> str:
+    """The task of a checkpoint directory without --task: ``late_interaction`` for a ColBERT
+    layout (onnxrank.export.late_interaction), else ``rerank``."""
+    from onnxrank.export.late_interaction import TASK, is_late_interaction
+
+    return TASK if is_late_interaction(directory) else "rerank"
 
 
 def content_sha256(directory: Path) -> str:

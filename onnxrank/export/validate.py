@@ -6,11 +6,13 @@ onnxrank.engine.kinds, on the exported tokenizer.json), run by the engine's exec
 is what runs. The PyTorch reference is fed
 the *same* token ids, so a difference is the model's and never the tokenizer's.
 
-The validation pairs have two parts (whole query groups, HELD_OUT_GROUPS): every choice an export
-makes (the int8 ladders) looks at the ``tuning`` part only; the ``held_out`` part is text no choice
-has seen, and every gate is checked on both. Calibration uses a third, disjoint file
-(calibration_pairs.jsonl; see onnxrank.export.validation_data). The metrics and thresholds are
-onnxrank.export.fidelity's; the model's task (onnxrank.export.tasks) says which apply.
+The validation pairs are first-stage candidate lists (whole query groups of BM25 top-30) in two
+parts and two regimes, each named by the file (onnxrank.export.validation_data): every choice an
+export makes (the int8 ladders) looks at the ``tuning`` part only; the ``held_out`` part is text no
+choice has seen, and every gate is checked on both, per regime (``short`` chunks, ``mixed``
+lengths). Calibration uses a third, disjoint file (calibration_pairs.jsonl). The metrics and
+thresholds are onnxrank.export.fidelity's; the model's task (onnxrank.export.tasks) says which
+apply.
 """
 
 from __future__ import annotations
@@ -52,22 +54,18 @@ BATCH_EFFECT_ROWS = 128
 # a 4-head tiny ModernBERT (8,192 positions, rows to ~2,200 tokens) onnxruntime took 3.9 GB for
 # 16 rows and OpenVINO int8 4.3 GB for batch_dependence's 48 (results/export-runs.md, ModernBERT).
 BATCH_ROW_TOKENS = 512
-TUNING, HELD_OUT = "tuning", "held_out"
+TUNING, HELD_OUT, CALIBRATION = "tuning", "held_out", "calibration"
 PARTS = (TUNING, HELD_OUT)
-# The held-out query groups: 13 Cranfield and 7 CACM queries (320 of the 528 pairs). The first seven
-# were chosen as the groups of the original 20 that share no passage text with any other group's; the
-# other 13 were drawn later from queries and documents nothing else uses (onnxrank.export.
-# validation_data), so no held-out passage is seen by a choice through a tuning group. Fixed here so
-# that every export holds out the same text.
-HELD_OUT_GROUPS = ("cranfield:12", "cranfield:57", "cranfield:74", "cranfield:87", "cranfield:104",
-                   "cacm:25", "cacm:58",
-                   "cranfield:2", "cranfield:131", "cranfield:133", "cranfield:157", "cranfield:159",
-                   "cranfield:186", "cranfield:191", "cranfield:217",
-                   "cacm:5", "cacm:16", "cacm:17", "cacm:24", "cacm:42")
+# what a reranker is given (onnxrank.export.validation_data): chunks of one document, and lengths
+# from a title to past the 512-token limit; every floor applies to each regime of each part
+SHORT, MIXED = "short", "mixed"
+REGIMES = (SHORT, MIXED)
 # a subset (--validation-pairs N) holds out about a third of its groups, at least one
 SUBSET_HELD_OUT_SHARE = 1 / 3
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
+
+
 @dataclass(frozen=True, slots=True)
 class ValidationPair:
     """One (query, passage) pair of the validation (or calibration) set and its query group.
@@ -77,12 +75,14 @@ class ValidationPair:
         query: Query text.
         passage: Passage text.
         part: ``tuning`` or ``held_out`` for validation pairs, ``calibration`` for calibration pairs.
+        regime: ``short`` or ``mixed`` (REGIMES): the passages' lengths.
     """
 
     group: str
     query: str
     passage: str
     part: str = TUNING
+    regime: str = SHORT
 
 
 def _read_pairs(file_name: str) -> list[dict[str, Any]]:
@@ -105,15 +105,16 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
     if part is not None and part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)} or None, got {part!r}")
     rows = _read_pairs(VALIDATION_FILE)
-    pairs = [ValidationPair(row["group"], row["query"], row["passage"],
-                            HELD_OUT if row["group"] in HELD_OUT_GROUPS else TUNING) for row in rows]
+    pairs = [ValidationPair(row["group"], row["query"], row["passage"], row["part"], row["regime"])
+             for row in rows]
     if limit is not None:
         if limit < 1:
             raise ValueError(f"validation pairs must be >= 1, got {limit}")
         groups = list(dict.fromkeys(pair.group for pair in pairs))
         wanted = min(len(groups), max(2, int(np.ceil(limit / (len(pairs) / len(groups))))))
-        held = [group for group in groups if group in HELD_OUT_GROUPS]
-        tuning = [group for group in groups if group not in HELD_OUT_GROUPS]
+        held_out_groups = {pair.group for pair in pairs if pair.part == HELD_OUT}
+        held = [group for group in groups if group in held_out_groups]
+        tuning = [group for group in groups if group not in held_out_groups]
         wanted_held = min(len(held), max(1, round(wanted * SUBSET_HELD_OUT_SHARE)))
         chosen = _spread(held, wanted_held) | _spread(tuning, max(1, wanted - wanted_held))
         pairs = [pair for pair in pairs if pair.group in chosen]
@@ -121,7 +122,7 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
 
 
 def _spread(groups: list[str], count: int) -> set[str]:
-    """`count` evenly spaced groups, so a subset still mixes Cranfield and CACM."""
+    """`count` evenly spaced groups, so a subset still mixes regimes, Cranfield and CACM."""
     count = min(count, len(groups))
     return {groups[int(i)] for i in np.linspace(0, len(groups) - 1, count).round()}
 
@@ -136,7 +137,7 @@ def load_calibration_pairs(limit: int | None = None) -> list[ValidationPair]:
     Raises:
         ValueError: `limit` is below 1.
     """
-    pairs = [ValidationPair(row["group"], row["query"], row["passage"], "calibration")
+    pairs = [ValidationPair(row["group"], row["query"], row["passage"], CALIBRATION, row["regime"])
              for row in _read_pairs(CALIBRATION_FILE)]
     if limit is not None:
         if limit < 1:
@@ -189,6 +190,7 @@ class ValidationInputs:
         rows: Encoded rows.
         groups: Query group per pair.
         parts: Part (tuning or held_out) per pair.
+        regimes: Regime (short or mixed) per pair.
         pair_rows: (query row, passage row) per pair when a row is one text (embedding), else empty.
         pad_id: Padding token id.
     """
@@ -197,6 +199,7 @@ class ValidationInputs:
     rows: list[EncodedRow]
     groups: list[str]
     parts: list[str]
+    regimes: list[str]
     pair_rows: list[tuple[int, int]]
     pad_id: int
 
@@ -230,22 +233,32 @@ def encode_validation(
     encoder = row_encoder(task.name, recipe, tokenizer, max_length)
     rows, pair_rows = task.validation_rows(encoder, [(pair.query, pair.passage) for pair in pairs])
     return ValidationInputs(task, rows, [pair.group for pair in pairs],
-                            [pair.part for pair in pairs], pair_rows, pad_id)
+                            [pair.part for pair in pairs], [pair.regime for pair in pairs],
+                            pair_rows, pad_id)
 
 
 def _part_metrics(inputs: ValidationInputs, reference: np.ndarray, outputs: np.ndarray,
                   part: str) -> dict[str, Any]:
+    """The part's metrics over all its pairs, and each regime's under ``regimes``."""
+
+    def metrics(pairs: list[int]) -> dict[str, Any]:
+        groups = [inputs.groups[index] for index in pairs]
+        return inputs.task.metrics(reference, outputs, pairs, groups, inputs.pair_rows)
+
     pairs = [index for index, name in enumerate(inputs.parts) if name == part]
-    groups = [inputs.groups[index] for index in pairs]
-    return inputs.task.metrics(reference, outputs, pairs, groups, inputs.pair_rows)
+    regimes = {regime: [index for index in pairs if inputs.regimes[index] == regime]
+               for regime in REGIMES}
+    return {**metrics(pairs), "regimes": {regime: metrics(members)
+                                          for regime, members in regimes.items() if members}}
 
 
 def compare(inputs: ValidationInputs, reference: np.ndarray, outputs: np.ndarray) -> dict[str, Any]:
-    """Fidelity of one variant's outputs against the reference outputs, per part.
+    """Fidelity of one variant's outputs against the reference outputs, per part and regime.
 
     Returns:
         The tuning part's metrics at the top level (what the ladders choose by; ``part`` says
-        which part they are) and the held-out part's metrics under ``held_out``.
+        which part they are) and the held-out part's metrics under ``held_out``; each part's
+        metrics per regime under ``regimes`` (the regimes its pairs hold).
     """
     present = [part for part in PARTS if part in inputs.parts]
     if not present:
@@ -275,22 +288,26 @@ def batch_dependence(run: Callable[[dict[str, np.ndarray]], np.ndarray],
 
 def threshold_failures(task: ExportTask, variant: str, metrics: dict[str, Any],
                        thresholds: FidelityThresholds) -> list[str]:
-    """One message per metric of `variant` beyond its threshold, on either part."""
+    """One message per metric of `variant` beyond its threshold, on either part, in any regime
+    (a part without regimes is judged as a whole)."""
     if not metrics.get("validated", True):
         return []
     failures = []
     for part, values in ((metrics.get("part", TUNING), metrics), (HELD_OUT, metrics.get(HELD_OUT))):
         if not values or "pairs" not in values:
             continue
-        for metric, direction, threshold, attribute in task.threshold_checks(thresholds, variant):
-            value = values[metric]
-            bad = (value > threshold) if direction == "<=" else not (value >= threshold)
-            if bad:
-                flag = field_flag(attribute)
-                failures.append(
-                    f"variant {variant} ({part.replace('_', '-')} pairs): {metric} = {value:.6g}, "
-                    f"threshold {direction} {threshold:g} ({flag})"
-                )
+        judged = values.get("regimes") or {"": values}
+        for regime, regime_values in judged.items():
+            where = part.replace("_", "-") + (f", {regime}" if regime else "")
+            for metric, direction, threshold, attribute in task.threshold_checks(thresholds, variant):
+                value = regime_values[metric]
+                bad = (value > threshold) if direction == "<=" else not (value >= threshold)
+                if bad:
+                    flag = field_flag(attribute)
+                    failures.append(
+                        f"variant {variant} ({where} pairs): {metric} = {value:.6g}, "
+                        f"threshold {direction} {threshold:g} ({flag})"
+                    )
     return failures
 
 

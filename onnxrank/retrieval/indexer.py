@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,13 @@ from onnxrank.engine.embedder import Embedder
 from onnxrank.errors import IndexMismatchError
 from onnxrank.retrieval.chunking import Chunk, SourceDocument, chunk_document, read_source
 from onnxrank.retrieval.dense import DenseIndex, HnswSettings
+from onnxrank.retrieval.document_vectors import (
+    DEFAULT_VECTOR_PRECISION,
+    DocumentVectorsRecord,
+    DocumentVectorStore,
+    VectorPrecision,
+    fill_document_vectors,
+)
 from onnxrank.retrieval.manifest import (
     EmbedderRecord,
     IndexManifest,
@@ -23,6 +30,9 @@ from onnxrank.retrieval.manifest import (
     write_manifest_mirror,
 )
 from onnxrank.retrieval.store import ChunkStore
+
+if TYPE_CHECKING:
+    from onnxrank.engine.late_interaction import LateInteractionReranker
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +55,9 @@ class IndexReport:
     documents: int  # stored after the run
     chunks: int
     seconds: float
+    vector_chunks: int = 0  # chunks whose token vectors are stored (after the run)
+    vector_rows: int = 0  # token vectors stored
+    vector_bytes: int = 0  # bytes of the stored token vectors and their scales
 
 
 def build_index(
@@ -58,6 +71,8 @@ def build_index(
     reconcile: bool | None = None,
     chunks_per_transaction: int = CHUNKS_PER_TRANSACTION,
     show_progress: bool = False,
+    document_vectors: LateInteractionReranker | None = None,
+    vector_precision: VectorPrecision = DEFAULT_VECTOR_PRECISION,
 ) -> IndexReport:
     """Create or update an index from a folder of .txt/.md files or a JSONL file.
 
@@ -78,12 +93,17 @@ def build_index(
             False for JSONL files (a JSONL file is often a partial feed).
         chunks_per_transaction: Chunks per commit, e.g. 256.
         show_progress: Show a tqdm progress bar over documents.
+        document_vectors: A late-interaction model whose token vectors of every chunk are
+            stored (onnxrank.retrieval.document_vectors); an index that stores them accepts only
+            that model afterwards.
+        vector_precision: "fp16" or "int8" (fixed when the index first stores vectors).
 
     Returns:
         Counts of what changed.
 
     Raises:
-        IndexMismatchError: The index was built with another embedder or chunking settings.
+        IndexMismatchError: The index was built with another embedder, chunking settings,
+            document-vector model or vector precision.
         ValueError: Bad source or settings.
     """
     started = time.perf_counter()
@@ -98,6 +118,12 @@ def build_index(
         manifest = _prepare_manifest(
             store, embedder, chunk_words, overlap_words, hnsw or HnswSettings(), str(source_path)
         )
+        vectors = _vector_store(store, manifest, document_vectors, vector_precision)
+        if vectors is not None:
+            manifest = IndexManifest(**{**asdict(manifest), "embedder": manifest.embedder,
+                                        "document_vectors": vectors.record.to_dict()})
+            # Recorded at once, as the embedder is: a killed run's vectors still name their model.
+            store.set_meta("manifest", json.dumps(manifest.to_dict(), sort_keys=True))
         dense = DenseIndex.open(store, manifest.embedder.dim, HnswSettings(**manifest.hnsw))
         stored = store.document_hashes()
         seen: set[str] = set()
@@ -138,6 +164,9 @@ def build_index(
                 [], np.zeros((0, manifest.embedder.dim), dtype=np.float32), remove_sources=vanished
             )
             dense.apply(change)
+        if vectors is not None and document_vectors is not None:
+            fill_document_vectors(vectors, document_vectors)
+        vector_sizes = (0, 0, 0) if vectors is None else vectors.sizes()
         final = IndexManifest(
             **{
                 **asdict(manifest),
@@ -159,6 +188,9 @@ def build_index(
             documents=final.documents,
             chunks=final.chunks,
             seconds=time.perf_counter() - started,
+            vector_chunks=vector_sizes[0],
+            vector_rows=vector_sizes[1],
+            vector_bytes=vector_sizes[2],
         )
     finally:
         store.close()
@@ -215,6 +247,44 @@ def _prepare_manifest(
     )
     store.set_meta("manifest", json.dumps(manifest.to_dict(), sort_keys=True))
     return manifest
+
+
+def _vector_store(
+    store: ChunkStore,
+    manifest: IndexManifest,
+    model: LateInteractionReranker | None,
+    precision: str,
+) -> DocumentVectorStore | None:
+    """The stored vectors' store after checking this run's model against the recorded one.
+
+    1. No model and none recorded: None.
+    2. No model but vectors recorded: the recorded store, with a warning (new chunks get no
+       vectors until a run with the model fills them; a rerank encodes those afresh).
+    3. A model: the store (created when missing), refusing another model or precision.
+    """
+    recorded = (None if manifest.document_vectors is None
+                else DocumentVectorsRecord.from_dict(manifest.document_vectors))
+    if model is None:
+        if recorded is not None:
+            logger.warning("index %s stores document vectors of %s; this run adds none (pass "
+                           "--document-vectors %s to keep them in step)", store.index_dir,
+                           recorded.name, recorded.path)
+            return DocumentVectorStore(store, recorded)
+        return None
+    spec = model.spec
+    if recorded is not None:
+        recorded.check_model(spec.manifest_hash(), spec.name)
+        if recorded.precision != precision:
+            raise IndexMismatchError(
+                f"index {store.index_dir} stores document vectors in {recorded.precision}; got "
+                f"vector precision {precision}; use --vector-precision {recorded.precision} or a "
+                "new --index directory")
+    record = recorded or DocumentVectorsRecord(
+        name=spec.name, manifest_hash=spec.manifest_hash(),
+        path=str(Path(model.model_dir).resolve()), precision=precision, dim=model.settings.dim)
+    vectors = DocumentVectorStore(store, record)
+    vectors.create()
+    return vectors
 
 
 def _commit(

@@ -50,7 +50,8 @@ def embedder_record_options(backend: str, variant: str, precision: str) -> tuple
 
 @dataclass(frozen=True, slots=True)
 class IndexManifest:
-    """What built an index: embedder, chunking and HNSW settings, and its current counts."""
+    """What built an index: embedder, chunking and HNSW settings, stored document vectors, and
+    its current counts."""
 
     embedder: EmbedderRecord
     chunk_words: int
@@ -61,6 +62,9 @@ class IndexManifest:
     source: str = ""
     updated_at: str = ""
     format_version: int = INDEX_FORMAT
+    # The late-interaction model whose token vectors the index stores (DocumentVectorsRecord's
+    # dict), None when it stores none.
+    document_vectors: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

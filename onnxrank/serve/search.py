@@ -7,6 +7,10 @@ reranked by a served rerank model (``model``; default the first) through that mo
 engine worker, like a ``/v1/rerank`` request: concurrent searches share engine runs, and a full
 queue answers 429. ``deadline_ms`` is that stage's time budget: candidates not scored within it
 keep the fused order (``reranked: false``).
+
+With ``cascade`` (a list of ``{"model": ID, "keep": N}``, cheapest first) the rerank stage is a
+CascadeReranker over those served models, ``deadline_ms`` its whole budget; a late-interaction
+model whose document vectors the index stores reads them instead of encoding the documents.
 """
 
 from __future__ import annotations
@@ -83,6 +87,38 @@ def parse_search(payload: Mapping[str, Any], headers: Mapping[str, str],
     return query, options, optional_field(payload, "model", str)
 
 
+def parse_cascade(payload: Mapping[str, Any], rerank: bool,
+                  model_id: str | None) -> list[tuple[str, int | None]]:
+    """(model id, keep) of each stage of the body's ``cascade``; [] without one.
+
+    Raises:
+        RequestError: 422 naming the field.
+    """
+    stages = payload.get("cascade")
+    if stages is None:
+        return []
+    example = '[{"model": "colbert", "keep": 50}, {"model": "minilm"}]'
+    if not isinstance(stages, list) or not stages:
+        raise RequestError(422, f"field `cascade` must be a non-empty list of stages such as "
+                                f"{example}, got {json.dumps(stages)[:40]}", param="cascade")
+    if not rerank:
+        raise RequestError(422, "field `cascade` needs \"rerank\": true", param="cascade")
+    if model_id is not None:
+        raise RequestError(422, "fields `cascade` and `model` exclude each other: the cascade "
+                                "names its models", param="cascade")
+    parsed: list[tuple[str, int | None]] = []
+    for stage in stages:
+        model, keep = (stage.get("model"), stage.get("keep")) if isinstance(stage, dict) else (None, None)
+        if (not isinstance(model, str) or not model or (keep is not None and (
+                isinstance(keep, bool) or not isinstance(keep, int) or keep < 1))
+                or not isinstance(stage, dict) or set(stage) - {"model", "keep"}):
+            raise RequestError(422, f"each stage of field `cascade` must be {{\"model\": ID, "
+                                    f"\"keep\": N}} with N >= 1 or left out, as in {example}, got "
+                                    f"{json.dumps(stage)[:60]}", param="cascade")
+        parsed.append((model, keep))
+    return parsed
+
+
 async def search(state: ServerState, dialect: Dialect, request: Request) -> Response:
     """Answer ``POST /v1/search``."""
     from starlette.responses import JSONResponse
@@ -93,7 +129,15 @@ async def search(state: ServerState, dialect: Dialect, request: Request) -> Resp
                                 "/v1/search")
     payload = await read_payload(request, state.config)
     query, options, model_id = parse_search(payload, request.headers, state.config)
-    if options["rerank"]:
+    stages = parse_cascade(payload, options["rerank"], model_id)
+    if stages:
+        from onnxrank.rerankers.cascade import CascadeReranker, CascadeStage
+
+        options["reranker"] = CascadeReranker([
+            CascadeStage(service.stage_backend(
+                state.models.pick(stage_id, "rerank", dialect, request.url.path)), keep)
+            for stage_id, keep in stages])
+    elif options["rerank"]:
         model = state.models.pick(model_id, "rerank", dialect, request.url.path)
         options["reranker"] = service.backend(model)
     elif model_id is not None:

@@ -13,6 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from onnxrank.engine.devices import usable_cpus
+from onnxrank.engine.late_interaction import LateInteractionReranker
+from onnxrank.rerankers.base import RerankBackend
+from onnxrank.rerankers.stored import StoredVectorReranker
+from onnxrank.retrieval.document_vectors import open_document_vectors
 from onnxrank.serve.errors import RequestError
 from onnxrank.serve.queued_reranker import QueuedReranker
 
@@ -43,6 +47,8 @@ class SearchService:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._backends: dict[str, QueuedReranker] = {}
+        self._stored: dict[str, StoredVectorReranker] = {}
+        self.document_vectors = open_document_vectors(retriever.store)
 
     def backend(self, model: ServedModel) -> QueuedReranker:
         """The rerank backend over a served rerank model (one per model, shared by searches, so
@@ -51,6 +57,20 @@ class SearchService:
             if model.id not in self._backends:
                 self._backends[model.id] = QueuedReranker(model, asyncio.get_running_loop())
             return self._backends[model.id]
+
+    def stage_backend(self, model: ServedModel) -> RerankBackend:
+        """A cascade stage's backend: a late-interaction model whose document vectors the index
+        stores reads them (one query encoding on the search thread), any other model goes
+        through its queue (`backend`)."""
+        engine = model.reranker
+        vectors = self.document_vectors
+        if (isinstance(engine, LateInteractionReranker) and vectors is not None
+                and vectors.record.manifest_hash == engine.spec.manifest_hash()):
+            with self._lock:
+                if model.id not in self._stored:
+                    self._stored[model.id] = StoredVectorReranker(engine, vectors)
+                return self._stored[model.id]
+        return self.backend(model)
 
     async def run(self, query: str, options: dict[str, Any]) -> dict[str, Any]:
         """The search's JSON payload, computed on a search thread.

@@ -86,7 +86,8 @@ def test_shipped_file_holds_the_product_promises() -> None:
     assert floors[("cuda", (), "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
     # absolute latencies and runtime-against-runtime ratios are always per class
     for budget in budgets.budgets:
-        if budget.device == "cpu" and (budget.metric in ("p50_ms", "p95_ms", "ceiling_share")
+        if budget.device == "cpu" and (budget.metric in ("p50_ms", "p95_ms", "ceiling_share",
+                                                         "pareto")
                                        or budget.subject.split("/")[1] in (
                                            "st", "naive_ort", "fastembed", "pad_to_max",
                                            "infinity", "serve_nobatch")):
@@ -344,7 +345,7 @@ def test_a_malformed_min_ratio_is_a_budget_file_error(tmp_path: Path, min_ratio:
      "entry 1 needs a scenario, e.g. scenario = \"latency\""),
     ('[[cpu]]\nscenario = "latency"\np99_ms = 1.0\n',
      "entry 1 has unknown keys ['p99_ms']; allowed: contender, machine_class, "
-     "min_ceiling_share, min_ratio, model, note, p50_ms, p95_ms, ratio, regime, scenario"),
+     "min_ceiling_share, min_ratio, model, note, p50_ms, p95_ms, pareto, ratio, regime, scenario"),
     ('[[cpu]]\nscenario = "latency"\nmachine_class = "sse"\np50_ms = 1.0\n',
      "entry 1: unknown machine_class ['sse']; choose from amx, avx512_vnni_bf16, avx512, avx2, "
      "other"),
@@ -353,7 +354,8 @@ def test_a_malformed_min_ratio_is_a_budget_file_error(tmp_path: Path, min_ratio:
     ('[[cpu]]\nscenario = "latency"\nratio = "engine/st"\n',
      "entry 1: ratio and min_ratio go together, e.g. ratio = \"engine/st\", min_ratio = 2.5"),
     ('[[cpu]]\nscenario = "latency"\n',
-     "entry 1 sets no limit; give p50_ms, p95_ms, ratio with min_ratio, or min_ceiling_share"),
+     "entry 1 sets no limit; give p50_ms, p95_ms, ratio with min_ratio, min_ceiling_share or "
+     "pareto"),
     ('[[gpu]]\nscenario = "latency"\n',
      "has unknown top-level keys ['gpu']; allowed: calibration, model, cpu, cuda"),
     ('[[cpu]]\nscenario = "latency"\np50_ms = "fast"\n', "entry 1: p50_ms must be a number, got 'fast'"),

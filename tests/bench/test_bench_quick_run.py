@@ -133,8 +133,20 @@ def test_summary_covers_scenarios_devices_and_baselines(quick_run) -> None:
         if not HAS_FASTEMBED:  # recorded with the install that brings it, not silently dropped
             for name in FASTEMBED_ROWS:
                 assert 'pip install "onnxrank[fastembed]"' in latency["skipped"][name]
-        assert "FlashRank skipped" in latency["skipped"]["flashrank"]
         assert ("throughput", regime, "cpu") in measured
+    for regime in ("short", "mixed"):  # the peer table: the in-process peers measured, the
+        # OpenVINO ones skipped with how to run them, each measured row with its fidelity
+        peers = measured[("peers", regime, "cpu")]
+        assert set(peers["contenders"]) == {"engine", "st", "ct2", "flashrank"}
+        assert "--peer-python" in peers["skipped"]["st_openvino"]
+        assert "--peer-python" in peers["skipped"]["st_openvino_int8"]
+        assert "optimum-onnx" in peers["skipped"]["st_onnx_int8"]
+        assert set(peers["fidelity"]) == set(peers["contenders"])
+        assert peers["fidelity"]["st"]["spearman"] == pytest.approx(1.0)
+        assert all(row["queries"] == 2 for row in peers["fidelity"].values())
+        assert {verdict["verdict"] for verdict in peers["pareto"].values()} == {"no"}, (
+            "2 queries give no interval: never known to be faster")
+        assert set(peers["pareto"]) == {"ct2", "flashrank"}
     for scenario, regime in [("ceiling", "gemm"), ("padding", "mixed"),
                              ("padding", "mixed_uniform"), ("order_check", "short"),
                              ("max_batch_tokens", "mixed"), ("max_batch_size", "mixed"),
@@ -278,6 +290,10 @@ def test_quick_budgets_are_reported_not_enforced(quick_run) -> None:
     assert re.search(r"\| overhead \| short \| cpu \| engine/raw_infer \| .* \| (yes|no) \(±2%\) \|",
                      markdown)
     assert "| latency | short | cpu | 2 |" in markdown and "| all 2 items |" in markdown
+    assert "## Peers: time and fidelity" in markdown
+    assert re.search(r"\| mixed \| ct2: CTranslate2 int8\w* \(length-sorted batches of 32\) \| "
+                     r"[\d.]+x \[none: 2 too few\] \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 2 \| - \| "
+                     r"\*\*no\*\* \(median [\d.]+x, too few queries for an interval", markdown)
     assert re.search(r"  latency/short/cpu engine/st: [\d.]+x \[none: 2 too few\], 2 queries, "
                      "not within ±5%", completed.stdout)
     assert f"machine class: {classify(read_cpu().flags)} (budgets of other classes" in (

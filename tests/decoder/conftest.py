@@ -13,27 +13,10 @@ from pathlib import Path
 
 import pytest
 from built_once import built_once
-from child_process import in_child_process
+from decoder_commands import MAX_LENGTH, export_decoder
 from decoder_reference import BgeGemmaCard, ModelCardReranker, MxbaiCard
 
 from onnxrank.engine.reranker import Reranker
-
-# the tiny tokenizer spends about 180 tokens on the recipe's fixed text, so rows need room
-MAX_LENGTH = 320
-VALIDATION_PAIRS = "48"
-
-
-def export_decoder(checkpoint: Path, recipe: str | None, out: Path, *options: str) -> None:
-    """`onnxrank export` of a tiny checkpoint with `recipe` (None: no --recipe, the checkpoint's
-    own) into `out`, in a child process (whose memory goes back when it ends), with the suite's
-    length and validation pairs."""
-    from onnxrank.cli import main
-
-    chosen = ["--recipe", recipe] if recipe is not None else []
-    code = in_child_process(main, ["export", "--model", str(checkpoint), *chosen,
-                                   "--out", str(out), "--max-length", str(MAX_LENGTH),
-                                   "--validation-pairs", VALIDATION_PAIRS, "--quiet", *options])
-    assert code == 0, f"the {recipe} export of {checkpoint} failed (see the captured stderr)"
 
 
 @pytest.fixture(scope="session")

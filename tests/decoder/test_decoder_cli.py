@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from decoder_commands import index_with_reranker
 
 from onnxrank.cli import main
 from onnxrank.engine.reranker import Reranker
 from onnxrank.serve import ServeConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "retrieval"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
-from retrieval_fixtures import CORPUS, write_model_dir  # noqa: E402
 from serve_helpers import running_server  # noqa: E402
 
 pytestmark = pytest.mark.costly(35)
@@ -43,17 +42,7 @@ def test_score_command(recipe_model_dir: Path, recipe_fp32: Reranker, tmp_path: 
 
 def test_query_with_rerank(recipe_model_dir: Path, recipe_fp32: Reranker, tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    write_model_dir(models / "minilm-embedder", task="embedding", name="bow-embedder")
-    (models / "qwen3-tiny").symlink_to(recipe_model_dir)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for record in CORPUS:
-        (docs / f"{record['id']}.md").write_text(f"# {record['title']}\n\n{record['text']}\n")
-    index = tmp_path / "index"
-    assert main(["index", "--source", str(docs), "--index", str(index), "--models-dir",
-                 str(models), "--no-progress"]) == 0
+    index, models = index_with_reranker(tmp_path, recipe_model_dir, "qwen3-tiny")
     capsys.readouterr()
     assert main(["query", "heat conduction", "--index", str(index), "--models-dir", str(models),
                  "--rerank", "--model", "qwen3-tiny", "--k", "3", "--instruction", INSTRUCTION,

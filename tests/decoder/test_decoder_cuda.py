@@ -47,7 +47,7 @@ def test_prefix_reuse_on_cuda_equals_whole_rows_and_the_model_card(
         assert (info.device, info.provider, info.precision) == (
             "cuda", "CUDAExecutionProvider", "fp32")
     assert reused.uses_prefix_graph and not whole.uses_prefix_graph
-    pairs = prefix_pairs()
+    pairs = prefix_pairs(whole)
     runs.clear()
     with_prefix = reused.score(pairs)
     prefix_runs = len(runs)
@@ -63,7 +63,7 @@ def test_a_rows_fp32_score_on_cuda_does_not_depend_on_its_batch_mates(
     # fp32 only: fp16's rounding follows the kernels cuBLAS picks per shape (on an H100 the tiny
     # mxbai-rerank-v2's fp16 score moved by 5.9e-4, 8e-3 x its spread of 0.074)
     reranker = Reranker.from_dir(recipe_cuda_dir, device="cuda", precision="fp32")
-    pairs = prefix_pairs()[:8]
+    pairs = prefix_pairs(reranker)[:8]
     together = reranker.score(pairs)
     alone = np.array([reranker.score([pair])[0] for pair in pairs])
     assert np.abs(together - alone).max() <= 1e-4 * together.std()
@@ -88,7 +88,7 @@ def test_fp16_is_cudas_default_for_a_decoder_with_and_without_prefix_reuse(
             default_choice_cache().read_text()).items()
             if key.endswith("/prefix") and entry["prefix_check"] == "onnxruntime/fp16"]
         assert checks and min(checks) > BATCH_DEPENDENCE_BOUND, recipe_name
-    pairs = prefix_pairs()
+    pairs = prefix_pairs(whole)
     with_prefix, without = reused.score(pairs), whole.score(pairs)
     spread = float(without.std())
     assert np.abs(with_prefix - without).max() <= FP16_TOLERANCE * spread, recipe_name

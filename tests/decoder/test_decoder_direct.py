@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from built_once import built_once
-from child_process import in_child_process
+from decoder_commands import export_decoder
 
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
@@ -23,21 +23,14 @@ from onnxrank.export.validate import load_validation_pairs
 pytestmark = pytest.mark.costly(40)
 
 SCORE_HEAD_OP = "__module.score_head/aten::linear/MatMul"
-# decoder_model_dir's (tests/decoder/conftest.py), so the two routes' files compare
-MAX_LENGTH = "320"
-VALIDATION_PAIRS = "48"
 INT8_IR = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1,
            "pad_to_multiple": 8}
 
 
 def _export(checkpoint: Path, out: Path, *extra: str) -> None:
-    from onnxrank.cli import main
-
-    code = in_child_process(main, ["export", "--model", str(checkpoint), "--recipe",
-                                   "qwen3-reranker", "--out", str(out), "--variants", "ov_int8",
-                                   "--max-length", MAX_LENGTH, "--validation-pairs",
-                                   VALIDATION_PAIRS, "--quiet", *extra])
-    assert code == 0, "the weight-compressed export failed (see the captured stderr)"
+    """decoder_model_dir's export (tests/decoder/conftest.py), so the two routes' files compare,
+    of ov_int8 alone."""
+    export_decoder(checkpoint, "qwen3-reranker", out, "--variants", "ov_int8", *extra)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decoder_commands import uncapped_pairs
 
 from onnxrank.engine.batch_invariance import BATCH_DEPENDENCE_BOUND
 from onnxrank.engine.prefix import CACHE_INPUT, CACHE_OUTPUT, PREFIX_INPUT
@@ -35,9 +36,11 @@ def whole_rows(recipe_model_dir: Path) -> Reranker:
                              precision="fp32", threads=1, prefix_reuse=False)
 
 
-def prefix_pairs() -> list[tuple[str, str]]:
-    """Validation pairs, a document longer than the tiny decoders' rows and an empty one."""
-    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(16)]
+def prefix_pairs(reranker: Reranker) -> list[tuple[str, str]]:
+    """Validation pairs whose query `reranker` keeps whole (rows the model card builds alike), a
+    document longer than the tiny decoders' rows and an empty one."""
+    assert reranker.spec.recipe is not None
+    pairs = uncapped_pairs(reranker.tokenizer, reranker.spec.recipe, 16)
     return pairs + [("wing flutter", LONG), ("flutter", "")]
 
 
@@ -65,7 +68,7 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
     reused = Reranker.from_dir(recipe_model_dir, **options)
     whole = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options)
     assert reused.uses_prefix_graph and not whole.uses_prefix_graph
-    pairs = prefix_pairs()
+    pairs = prefix_pairs(whole)
     expected = whole.score(pairs)
     assert np.abs(reused.score(pairs) - expected).max() <= 1e-4 * expected.std()
 
@@ -73,7 +76,7 @@ def test_the_weight_only_int8_variant_has_its_own_prefix_graph(recipe_name: str,
 def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
         recipe_name: str, recipe_fp32: Reranker, whole_rows: Reranker, recipe_card: Any) -> None:
     assert recipe_fp32.uses_prefix_graph and not whole_rows.uses_prefix_graph
-    pairs = prefix_pairs()
+    pairs = prefix_pairs(recipe_fp32)
     reused, whole = recipe_fp32.score(pairs), whole_rows.score(pairs)
     assert np.abs(reused - whole).max() <= 1e-4 * whole.std(), f"{recipe_name}: {reused} vs {whole}"
     expected = recipe_card.score(pairs)
@@ -81,7 +84,7 @@ def test_prefix_scores_equal_the_whole_rows_and_the_model_card(
 
 
 def test_a_rows_score_does_not_depend_on_its_batch_mates(recipe_fp32: Reranker) -> None:
-    pairs = prefix_pairs()[:6] + [(QUERY, "wings"), ("boundary layer", "a flat plate")]
+    pairs = prefix_pairs(recipe_fp32)[:6] + [(QUERY, "wings"), ("boundary layer", "a flat plate")]
     together = recipe_fp32.score(pairs)
     alone = np.array([recipe_fp32.score([pair])[0] for pair in pairs])
     assert np.abs(alone - together).max() <= 1e-5 * max(1.0, float(np.abs(together).max()))
@@ -92,7 +95,7 @@ def test_the_defaults_scores_do_not_depend_on_their_batch_mates(recipe_model_dir
     prefix is its prompt head whether a row runs alone or with others, and batches are padded
     to the load's measured multiple."""
     default = Reranker.from_dir(recipe_model_dir, device="cpu")
-    pairs = prefix_pairs()[:6] + [(QUERY, "wings"), (QUERY, "the wings of a swept aircraft fluttered")]
+    pairs = prefix_pairs(default)[:6] + [(QUERY, "wings"), (QUERY, "the wings of a swept aircraft fluttered")]
     together = default.score(pairs)
     alone = np.array([default.score([pair])[0] for pair in pairs])
     assert np.abs(alone - together).max() <= BATCH_DEPENDENCE_BOUND * together.std()
@@ -191,7 +194,7 @@ def test_a_prefix_graph_from_before_the_cache_leaves_the_whole_rows_serving(
         reranker = Reranker.from_dir(older, **options)
     assert not reranker.uses_prefix_graph
     assert "prefix reuse is off" in caplog.text and "export the model again" in caplog.text
-    pairs = prefix_pairs()[:4]
+    pairs = prefix_pairs(reranker)[:4]
     expected = Reranker.from_dir(recipe_model_dir, prefix_reuse=False, **options).score(pairs)
     assert np.array_equal(reranker.score(pairs), expected)
 
@@ -200,9 +203,10 @@ def test_prefix_reuse_off_runs_whole_rows_and_fits_fewer_rows(recipe_model_dir: 
                                                               whole_rows: Reranker) -> None:
     pairs = [(QUERY, f"passage {index} about wings and flutter") for index in range(12)]
     assert not any(PREFIX_INPUT in feed for feed in planned_feeds(whole_rows, pairs))
-    # three whole rows: mxbai-rerank-v2's rows keep 184 of their 272 tokens past the prompt
-    # head (its task text follows the document), so two rows would fit either way
-    tokens = 3 * whole_rows.max_length
+    # one whole row short of all twelve: without the prefix graph they take two runs; with it,
+    # each row's tokens past its shared prompt head fit one (the head is over 1/11 of a row in
+    # every recipe here: 25 of bge-reranker-v2-gemma's 104 tokens)
+    tokens = (len(pairs) - 1) * max(whole_rows.row_lengths(pairs))
     budget = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32", "threads": 1,
               "max_batch_tokens": tokens}
     reused = Reranker.from_dir(recipe_model_dir, **budget)
@@ -225,7 +229,7 @@ def test_the_default_variant_reuses_the_prefix_where_it_has_a_prefix_graph(
         f"{recipe_name}: {info.backend}/{info.precision}"
     whole = Reranker.from_dir(recipe_model_dir, device="cpu", backend=info.backend,
                               precision=info.precision, prefix_reuse=False)
-    pairs = prefix_pairs()
+    pairs = prefix_pairs(whole)
     expected = whole.score(pairs)
     # bf16 rounds differently with other shapes; fp32 and weight-only int8 are exact
     assert np.abs(default.score(pairs) - expected).max() <= 0.02 * expected.std()
@@ -343,7 +347,7 @@ def test_prefix_reuse_is_off_where_the_prefix_path_moves_beyond_the_bound(
     explicit = Reranker.from_dir(recipe_model_dir, device="cpu", threads=1,
                                  backend=info.backend, precision=info.precision)
     assert explicit.uses_prefix_graph, recipe_name
-    pairs = prefix_pairs()[:4]
+    pairs = prefix_pairs(explicit)[:4]
     whole = Reranker.from_dir(recipe_model_dir, device="cpu", threads=1, backend=info.backend,
                               precision=info.precision, prefix_reuse=False)
     assert np.array_equal(auto.score(pairs), whole.score(pairs))

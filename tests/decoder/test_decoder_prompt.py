@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
+from decoder_commands import uncapped_pairs
 from decoder_reference import ModelCardReranker
 from tokenizers import Tokenizer
 
 from onnxrank.engine.prompt import PromptEncoder
 from onnxrank.engine.tokenize import PairEncoder
 from onnxrank.export.recipes import QWEN3_RERANKER
-from onnxrank.export.validate import load_validation_pairs
 
 LONG = " ".join(["The flutter of swept wings was measured at transonic speeds."] * 40)
 
@@ -26,7 +26,7 @@ def tokenizer(decoder_checkpoint: Path) -> Tokenizer:
 
 
 def test_rows_are_the_model_cards_token_ids(tokenizer: Tokenizer, model_card: ModelCardReranker) -> None:
-    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(24)]
+    pairs = uncapped_pairs(tokenizer, QWEN3_RERANKER, 24)
     pairs += [("wing flutter", LONG), ("x", ""), ("unicode: naïve façade", "Ünïcödé — text")]
     encoder = PromptEncoder(tokenizer, model_card.max_length, QWEN3_RERANKER)
     rows = encoder.encode(pairs)

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decoder_commands import uncapped_pairs
 
 from onnxrank.engine.recipe import SCORES
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.recipes import BUILTIN_RECIPES
-from onnxrank.export.validate import load_validation_pairs
 
 pytestmark = pytest.mark.costly(90)
 
@@ -31,14 +31,17 @@ def _spearman(left: np.ndarray, right: np.ndarray) -> float:
 
 def test_fp32_equals_the_model_cards_formula(recipe_name: str, recipe_fp32: Reranker,
                                              recipe_card: Any) -> None:
-    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(16)]
+    recipe = BUILTIN_RECIPES[recipe_name]
+    pairs = uncapped_pairs(recipe_fp32.tokenizer, recipe, 16)
     pairs += [("wing flutter", LONG), ("flutter", "")]
     expected = recipe_card.score(pairs)
     scores = recipe_fp32.activate(recipe_fp32.score(pairs))
     assert np.abs(scores - expected).max() <= 1e-4, f"{recipe_name}: {scores} vs {expected}"
     # short documents: FlagEmbedding's max_length leaves its prompt out, so a custom prompt of
     # another length moves the card's cut (the engine's rows always fit max_length)
-    short = [(query, document[:120]) for query, document in pairs[:4]]
+    # (and queries the engine keeps whole beside the instruction)
+    short = [(query, document[:120]) for query, document in uncapped_pairs(
+        recipe_fp32.tokenizer, recipe, instruction=INSTRUCTION)[:4]]
     custom = recipe_fp32.activate(recipe_fp32.score(short, instruction=INSTRUCTION))
     assert np.abs(custom - recipe_card.score(short, INSTRUCTION)).max() <= 1e-4
     assert not np.allclose(custom, recipe_card.score(short))  # the instruction is in the prompt
@@ -104,13 +107,16 @@ def test_the_score_head_stays_fp32_in_the_int8_variants(recipe_name: str,
 
 def test_the_default_variant_keeps_spread_and_ranking(recipe_name: str, recipe_model_dir: Path,
                                                       recipe_card: Any) -> None:
-    # the held-out groups of a 320-pair subset: 7 queries, 112 pairs (the card scores one at a time)
-    pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(320, part="held_out")]
-    assert len(pairs) == 112
-    expected = recipe_card.score(pairs)
     # the default (the runtime probe's fastest validated variant) and the weight-only int8 one
-    for options in ({}, {"backend": "openvino", "precision": "int8"}):
-        reranker = Reranker.from_dir(recipe_model_dir, device="cpu", **options)
+    rerankers = [Reranker.from_dir(recipe_model_dir, device="cpu", **options)
+                 for options in ({}, {"backend": "openvino", "precision": "int8"})]
+    # the held-out groups of a 320-pair subset (4 queries, 2 short, 2 mixed: 120 pairs) whose
+    # query the engine keeps whole, as the card does (the card scores one at a time)
+    pairs = uncapped_pairs(rerankers[0].tokenizer, BUILTIN_RECIPES[recipe_name], 320,
+                           part="held_out")
+    assert len(pairs) >= 60
+    expected = recipe_card.score(pairs)
+    for reranker in rerankers:
         scores = reranker.activate(reranker.score(pairs))
         where = f"{recipe_name} {reranker.device_info.backend}/{reranker.device_info.precision}"
         # not collapsed: the spread is the reference's, and distinct pairs keep distinct scores

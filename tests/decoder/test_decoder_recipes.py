@@ -63,7 +63,8 @@ def test_a_recipe_survives_the_manifest() -> None:
 def test_wrong_recipes_are_named_errors(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=re.escape(
             "--recipe 'qwen9' is neither a built-in recipe (qwen3-reranker, "
-            "bge-reranker-v2-gemma, mxbai-rerank-v2) nor a recipe file (FILE.json)")):
+            "bge-reranker-v2-gemma, mxbai-rerank-v2, monot5, mt5-mmarco) nor a recipe file "
+            "(FILE.json)")):
         resolve_recipe("qwen9", model="x")
     no_slot = tmp_path / "no_slot.json"
     no_slot.write_text(json.dumps({**asdict(QWEN3_RERANKER),
@@ -119,6 +120,6 @@ def test_a_score_kind_names_the_answer_tokens_it_needs() -> None:
         replace(MXBAI_RERANK_V2, name="two", no_token="")
     with pytest.raises(ValueError, match=re.escape(
             "recipe 'x': score must be one of softmax_yes_no, yes_logit, logit_difference, "
-            "yes_logit_sigmoid, got 'p_yes'")):
+            "seq2seq_softmax, yes_logit_sigmoid, got 'p_yes'")):
         replace(QWEN3_RERANKER, name="x", score="p_yes")
     assert replace(BGE_RERANKER_V2_GEMMA, no_token="").no_token == ""  # one token is enough

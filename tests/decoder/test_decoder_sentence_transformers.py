@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import MAX_LENGTH
+from decoder_commands import MAX_LENGTH, uncapped_pairs
 from st_checkpoints import (
     NO_SYSTEM_TEMPLATE,
     OPTIONAL_INSTRUCTION_TEMPLATE,
@@ -23,11 +23,11 @@ from st_checkpoints import (
 from tokenizers import Tokenizer
 
 from onnxrank.engine.prompt import PromptEncoder
+from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.errors import ExportError
 from onnxrank.export.recipes import resolve_recipe
-from onnxrank.export.validate import load_validation_pairs
 
 torch = pytest.importorskip("torch")
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -40,10 +40,11 @@ INSTRUCTION = "Find reports on aircraft structures"
 FP32_GATE = 1e-4
 
 
-def fitting_pairs() -> list[tuple[str, str]]:
+def fitting_pairs(tokenizer: Tokenizer, recipe: PromptRecipe) -> list[tuple[str, str]]:
     """Validation pairs whose rows fit the export's max_length (sentence-transformers and the
-    engine cut over-long rows differently), plus braces and an empty document."""
-    pairs = [(pair.query, pair.passage[:120]) for pair in load_validation_pairs(32)]
+    engine cut over-long rows differently: the engine caps a long query), plus braces and an
+    empty document."""
+    pairs = [(query, passage[:120]) for query, passage in uncapped_pairs(tokenizer, recipe, 32)]
     return pairs + [("wing {flutter}", "a {{b}} c"), ("flutter", "")]
 
 
@@ -100,7 +101,7 @@ def test_rows_are_the_token_ids_sentence_transformers_feeds(st_checkpoint: Path,
     recipe = resolve_recipe(None, model=str(st_checkpoint))
     tokenizer = Tokenizer.from_file(str(st_checkpoint / "tokenizer.json"))
     encoder = PromptEncoder(tokenizer, MAX_LENGTH, recipe)
-    pairs = fitting_pairs()
+    pairs = fitting_pairs(tokenizer, recipe)
     for instruction in (None, INSTRUCTION):
         rows = [row.ids.tolist() for row in encoder.encode(pairs, instruction=instruction)]
         assert rows == st_rows(cross_encoder, pairs, instruction)
@@ -129,7 +130,8 @@ def test_scores_equal_cross_encoder_predict_within_the_fp32_gate(
     reranker = Reranker.from_dir(st_model_dir, device="cpu", backend="onnxruntime",
                                  precision="fp32", threads=1, prefix_reuse=prefix_reuse)
     assert reranker.uses_prefix_graph == prefix_reuse
-    pairs = fitting_pairs()
+    assert reranker.spec.recipe is not None
+    pairs = fitting_pairs(reranker.tokenizer, reranker.spec.recipe)
     raw = st_scores(cross_encoder, pairs, raw=True)
     logits = reranker.score(pairs)
     assert np.abs(logits - raw).max() <= FP32_GATE * raw.std()
@@ -168,9 +170,10 @@ def test_each_checkpoint_kind_gets_the_recipe_of_its_files(
     assert (recipe.score, recipe.default_instruction, recipe.instruction_format) == (
         score, default, instruction_format)
     model = sentence_transformers.CrossEncoder(str(directory), device="cpu")
-    encoder = PromptEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), MAX_LENGTH,
-                            recipe)
-    pairs = fitting_pairs()[:6] + fitting_pairs()[-2:]
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    encoder = PromptEncoder(tokenizer, MAX_LENGTH, recipe)
+    fitting = fitting_pairs(tokenizer, recipe)
+    pairs = fitting[:6] + fitting[-2:]
     for instruction in (None, INSTRUCTION):
         rows = [row.ids.tolist() for row in encoder.encode(pairs, instruction=instruction)]
         assert rows == st_rows(model, pairs, instruction), f"{case}, instruction {instruction}"

@@ -41,13 +41,15 @@ def _encoded(model_dir: Path, pairs: list) -> list:
 
 @pytest.fixture(scope="module")
 def calibration(tiny_model_dir: Path) -> list[dict[str, np.ndarray]]:
-    """32 calibration pairs of the tiny reranker, one unpadded row per item (as the export's)."""
+    """One whole calibration group (30 pairs) of the tiny reranker, one unpadded row per item (as
+    the export's)."""
     pad = load_model_spec(tiny_model_dir).pad_token_id
     return [pad_rows([row], pad) for row in _encoded(tiny_model_dir, load_calibration_pairs(32))]
 
 
 @pytest.fixture(scope="module")
 def validation_batch(tiny_model_dir: Path) -> dict[str, np.ndarray]:
-    """48 validation pairs of the tiny reranker as one padded batch."""
+    """The 48-pair validation subset (two whole groups of 30) of the tiny reranker as one padded
+    batch."""
     return pad_rows(_encoded(tiny_model_dir, load_validation_pairs(48)),
                     load_model_spec(tiny_model_dir).pad_token_id)

@@ -84,9 +84,9 @@ def test_int8_method_flags_force_one_recipe(
     assert {key: quantization[key] for key in expected} == expected
     assert len(quantization["attempts"]) == 1
     if expected["method"] == "static":
-        # calibrated on the calibration pairs (--calibration-pairs 32: two whole groups, in
+        # calibrated on the calibration pairs (--calibration-pairs 32: one whole group of 30, in
         # batches of 16), not on validation pairs
-        assert quantization["calibration"] == {"method": "MinMax", "batches": 2, "rows": 32}
+        assert quantization["calibration"] == {"method": "MinMax", "batches": 2, "rows": 30}
 
 
 @pytest.mark.parametrize(("flag", "pairs"), [("--validation-pairs", "validation"),
@@ -129,7 +129,7 @@ def test_every_rerank_threshold_flag_is_enforced(
         reason = spec.failed_variants[variant]["reason"]
         assert spec.failed_variants[variant]["stage"] == "validation"
         for part in ("tuning", "held-out"):
-            assert re.search(rf"variant {variant} \({part} pairs\): {metric} = [-0-9.e]+, "
+            assert re.search(rf"variant {variant} \({part}, short pairs\): {metric} = [-0-9.e]+, "
                              rf"threshold {re.escape(threshold)} \({flag}\)", reason), (flag, reason)
     summary = capsys.readouterr().out
     for variant in ("opt", "fp16", "int8"):
@@ -140,7 +140,7 @@ def test_every_rerank_threshold_flag_is_enforced(
     assert code == 2
     error = capsys.readouterr().err
     for part in ("tuning", "held-out"):
-        assert re.search(rf"variant fp32 \({part} pairs\): max_abs_diff_scaled = [-0-9.e]+, "
+        assert re.search(rf"variant fp32 \({part}, short pairs\): max_abs_diff_scaled = [-0-9.e]+, "
                          r"threshold <= -1 \(--fp32-max-abs-diff\)", error), error
     assert load_model_spec(out).failed_variants["opt"]["stage"] == "validation"  # untouched
 
@@ -153,14 +153,14 @@ def test_embedding_threshold_flags_are_enforced(
                  "--task", "embedding", "--variants", "fp32,int8", "--int8-min-cosine", "1.5",
                  *QUICK])
     assert code == 0
-    assert re.search(r"variant int8 \(held-out pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
+    assert re.search(r"variant int8 \(held-out, short pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
                      r"\(--int8-min-cosine\)", load_model_spec(out).failed_variants["int8"]["reason"])
     code = main(["export", "--model", str(tiny_embedder_checkpoint_dir), "--out", str(out),
                  "--task", "embedding", "--variants", "fp32", "--embedding-min-cosine", "1.5",
                  *QUICK])
     assert code == 2
     error = capsys.readouterr().err
-    assert re.search(r"variant fp32 \(tuning pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
+    assert re.search(r"variant fp32 \(tuning, short pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
                      r"\(--embedding-min-cosine\)", error), error
 
 

@@ -1,20 +1,27 @@
-"""The shipped data files: byte-for-byte rebuild, disjoint calibration pairs, the held-out split."""
+"""The shipped data files: byte-for-byte rebuild, first-stage candidate lists in two regimes, parts
+and calibration that share nothing."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from onnxrank.export.validate import (
-    HELD_OUT_GROUPS,
+    CALIBRATION,
+    HELD_OUT,
+    MIXED,
+    SHORT,
+    TUNING,
     load_calibration_pairs,
     load_validation_pairs,
 )
+from onnxrank.export.validation_data import CANDIDATES, MIXED_WORDS, QUERIES, SHORT_WORDS
 
 REPO = Path(__file__).parents[2]
 # CI clones the repository with shared/ beside it; a missing collection must fail, not skip
@@ -36,54 +43,95 @@ def test_validation_data_command_rebuilds_the_shipped_files_byte_for_byte(tmp_pa
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == (
-        f"wrote 33 validation groups (13 of them extra held-out groups: {', '.join(HELD_OUT_GROUPS[7:])}), "
-        f"320 calibration pairs and 416 head pairs to {tmp_path}")
+        "wrote tuning 16 groups / 480 pairs, held_out 20 groups / 600 pairs, calibration 12 groups "
+        "/ 360 pairs (30 BM25 candidates a group, regimes short, mixed) and 416 head pairs to "
+        f"{tmp_path}")
     for name in DATA_FILES:
         shipped = resources.files("onnxrank.data").joinpath(name).read_bytes()
         assert (tmp_path / name).read_bytes() == shipped, f"{name} differs from the shipped file"
 
 
-def test_calibration_pairs_share_nothing_with_the_validation_pairs() -> None:
-    validation, calibration = _rows("validation_pairs.jsonl"), _rows("calibration_pairs.jsonl")
-    assert len(calibration) == 320
-    assert {str(row["query"]) for row in validation}.isdisjoint(str(row["query"]) for row in calibration)
-    assert {str(row["passage"]) for row in validation}.isdisjoint(
-        str(row["passage"]) for row in calibration)
-    # not even an abstract inside a long passage: document ids per collection are disjoint too
+def test_groups_are_candidate_lists_of_one_part_and_regime_each() -> None:
+    rows = _rows("validation_pairs.jsonl") + _rows("calibration_pairs.jsonl")
+    groups: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        groups.setdefault(str(row["group"]), []).append(row)
+    assert {len(members) for members in groups.values()} == {CANDIDATES}
+    kinds: Counter[tuple[object, object, str]] = Counter()
+    for members in groups.values():
+        assert len({(row["part"], row["regime"], row["query"]) for row in members}) == 1
+        kinds[(members[0]["part"], members[0]["regime"], str(members[0]["group"]).split(":")[0])] += 1
+    assert kinds == {(part, regime, collection): counts[column]
+                     for part, counts in QUERIES.items() for regime in (SHORT, MIXED)
+                     for column, collection in enumerate(("cranfield", "cacm"))}
+    words = {regime: [len(str(row["passage"]).split()) for row in rows if row["regime"] == regime]
+             for regime in (SHORT, MIXED)}
+    # short: one document's first words (a document shorter than the drawn length stays whole)
+    assert max(words[SHORT]) <= SHORT_WORDS[1]
+    assert all(len(row["doc_ids"]) == 1 for row in rows if row["regime"] == SHORT)  # type: ignore[arg-type]
+    # mixed: from a few words to past the model's 512 tokens, several documents run together
+    assert min(words[MIXED]) <= 2 * MIXED_WORDS[0] and max(words[MIXED]) >= 400
+    assert max(len(row["doc_ids"]) for row in rows if row["regime"] == MIXED) > 1  # type: ignore[arg-type]
 
-    def documents(rows: list[dict[str, object]]) -> set[tuple[str, str]]:
+
+def test_parts_and_calibration_share_no_query_passage_or_document() -> None:
+    rows = _rows("validation_pairs.jsonl") + _rows("calibration_pairs.jsonl")
+    head = _rows("standin_head_pairs.jsonl")
+    by_part = {part: [row for row in rows if row["part"] == part]
+               for part in (TUNING, HELD_OUT, CALIBRATION)}
+    assert [len(members) for members in by_part.values()] == [480, 600, 360]
+
+    def documents(members: list[dict[str, object]]) -> set[tuple[str, str]]:
         return {(str(row["group"]).split(":")[0], str(doc_id))
-                for row in rows for doc_id in row["doc_ids"]}  # type: ignore[attr-defined]
+                for row in members for doc_id in row["doc_ids"]}  # type: ignore[attr-defined]
 
-    assert documents(validation).isdisjoint(documents(calibration))
-    assert {pair.part for pair in load_calibration_pairs()} == {"calibration"}
+    head_documents = {("cranfield", str(row["doc_id"])) for row in head}
+    for part, members in by_part.items():
+        queries = {(row["query"], row["regime"]) for row in members}
+        # one query serves one regime of one part
+        assert len({query for query, _ in queries}) == len(queries), part
+        assert {str(row["query"]) for row in members}.isdisjoint(str(row["query"]) for row in head)
+        assert documents(members).isdisjoint(head_documents), part
+        for other, other_members in by_part.items():
+            if other <= part:
+                continue
+            assert {row["query"] for row in members}.isdisjoint(row["query"] for row in other_members)
+            assert {row["passage"] for row in members}.isdisjoint(
+                row["passage"] for row in other_members)
+            assert documents(members).isdisjoint(documents(other_members)), (part, other)
+
+
+def test_loaders_read_each_pairs_part_and_regime() -> None:
+    pairs = load_validation_pairs()
+    shipped = _rows("validation_pairs.jsonl")
+    assert [(pair.group, pair.part, pair.regime) for pair in pairs] == [
+        (row["group"], row["part"], row["regime"]) for row in shipped]
+    assert load_validation_pairs(part=HELD_OUT) == [pair for pair in pairs if pair.part == HELD_OUT]
+    assert {pair.part for pair in load_calibration_pairs()} == {CALIBRATION}
+    with pytest.raises(ValueError, match="part must be one of tuning, held_out or None, got 'test'"):
+        load_validation_pairs(part="test")
+
+
+def test_a_validation_subset_is_whole_groups_of_both_parts_and_regimes() -> None:
+    pairs = load_validation_pairs()
+    for limit, groups in ((16, 2), (300, 10)):
+        subset = load_validation_pairs(limit)
+        chosen = {pair.group for pair in subset}
+        assert len(chosen) == groups
+        assert subset == [pair for pair in pairs if pair.group in chosen]
+        assert {pair.part for pair in subset} == {TUNING, HELD_OUT}
+    assert {pair.regime for pair in load_validation_pairs(300)} == {SHORT, MIXED}
 
 
 def test_a_calibration_subset_is_whole_groups_spread_over_the_file() -> None:
     everything = load_calibration_pairs()
     groups = list(dict.fromkeys(pair.group for pair in everything))
-    subset = load_calibration_pairs(40)  # 20 groups of 16 pairs: 40 rounds to 2 (2.5) whole groups
+    subset = load_calibration_pairs(75)  # 12 groups of 30 pairs: 75 rounds to 2 (2.5) whole groups
     chosen = list(dict.fromkeys(pair.group for pair in subset))
     assert chosen == [groups[0], groups[-1]]
+    assert {pair.regime for pair in subset} == {SHORT, MIXED}
     assert subset == [pair for pair in everything if pair.group in chosen]
     assert load_calibration_pairs(1) == [pair for pair in everything if pair.group == groups[0]]
     assert load_calibration_pairs(10_000) == everything
     with pytest.raises(ValueError, match="calibration pairs must be >= 1, got 0"):
         load_calibration_pairs(0)
-
-
-def test_held_out_part_is_fixed_whole_groups_sharing_no_text_with_tuning() -> None:
-    pairs = load_validation_pairs()
-    held_out = [pair for pair in pairs if pair.part == "held_out"]
-    tuning = [pair for pair in pairs if pair.part == "tuning"]
-    assert {pair.group for pair in held_out} == set(HELD_OUT_GROUPS)
-    assert (len(held_out), len(tuning)) == (320, 208)
-    assert {pair.group for pair in held_out}.isdisjoint(pair.group for pair in tuning)
-    assert {pair.query for pair in held_out}.isdisjoint(pair.query for pair in tuning)
-    assert {pair.passage for pair in held_out}.isdisjoint(pair.passage for pair in tuning)
-    assert load_validation_pairs(part="held_out") == held_out
-    # nor a query the stand-in's head was fitted on (it scores every held-out pair in the docs)
-    assert {pair.query for pair in held_out}.isdisjoint(
-        str(row["query"]) for row in _rows("standin_head_pairs.jsonl"))
-    with pytest.raises(ValueError, match="part must be one of tuning, held_out or None, got 'test'"):
-        load_validation_pairs(part="test")

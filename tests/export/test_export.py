@@ -117,7 +117,9 @@ def test_manifest_records_sources_hashes_and_fusions(
             assert {"pairs", "groups", "max_abs_diff", "pearson", "spearman", "top10_overlap"} <= set(
                 part), name
         assert variant.fidelity["part"] == "tuning"
-        assert variant.fidelity["groups"] == 2 and variant.fidelity["held_out"]["groups"] == 1
+        # 48 pairs: one whole group of 30 per part, both of the short regime
+        assert variant.fidelity["groups"] == 1 and variant.fidelity["held_out"]["groups"] == 1
+        assert list(variant.fidelity["held_out"]["regimes"]) == ["short"], name
     assert spec.graph_rewrites["cls_only_last_layer"]["applied"] is True
     # the last layer's attention reads its query from one row, so the optimizer fuses one layer
     # fewer: 1 of the tiny model's 2 (the unpruned graph gets 2, see test_prune.py)
@@ -140,7 +142,7 @@ def test_manifest_records_sources_hashes_and_fusions(
     assert (ov_int8.file, list(ov_int8.extra_files)) == ("model_ov_int8.xml", ["model_ov_int8.bin"])
     assert ov_int8.extra_files["model_ov_int8.bin"] == sha256_file(tiny_model_dir / "model_ov_int8.bin")
     assert ov_int8.quantization["tool"] == "nncf.quantize"
-    assert ov_int8.quantization["calibration"]["items"] == 320
+    assert ov_int8.quantization["calibration"]["items"] == 360  # every calibration pair
     assert ov_int8.quantization["attempts"][-1]["passed_on_tuning"] is True
     assert ov_int8.fidelity["validated_on"].startswith("openvino")
     bf16 = spec.variants["fp32"].fidelity["openvino_bf16"]
@@ -190,7 +192,7 @@ def test_fidelity_is_checked_on_the_held_out_part_too() -> None:
             "variant ov_int8 (held-out pairs): spearman = 0.95, threshold >= 0.98 "
             "(--int8-min-spearman); variant ov_int8 (held-out pairs): spearman_per_query_mean = "
             "0.97, threshold >= 0.98 (--int8-min-spearman-per-query); variant ov_int8 (held-out "
-            "pairs): top10_overlap = 0.8, threshold >= 0.9 (--int8-min-top10-overlap)")):
+            "pairs): top10_overlap = 0.8, threshold >= 0.95 (--int8-min-top10-overlap)")):
         check_thresholds(RERANK, {"ov_int8": tuning_ok}, FidelityThresholds())
     # a pooled correlation above the floor does not hide a per-query one below it
     with pytest.raises(FidelityError, match=re.escape(
@@ -198,9 +200,9 @@ def test_fidelity_is_checked_on_the_held_out_part_too() -> None:
             "0.98 (--int8-min-spearman-per-query). Nothing was written")):
         check_thresholds(RERANK, {"ov_int8": {**tuning_ok, "held_out": {
             "pairs": 16, "spearman": 0.991, "spearman_per_query_mean": 0.975,
-            "top10_overlap": 0.93}}}, FidelityThresholds())
+            "top10_overlap": 0.96}}}, FidelityThresholds())
     check_thresholds(RERANK, {"ov_int8": {**tuning_ok, "held_out": {
-        "pairs": 16, "spearman": 0.981, "spearman_per_query_mean": 0.98, "top10_overlap": 0.9}}},
+        "pairs": 16, "spearman": 0.981, "spearman_per_query_mean": 0.98, "top10_overlap": 0.95}}},
         FidelityThresholds())
 
 
@@ -368,14 +370,14 @@ def test_fidelity_failure_names_variant_metric_and_threshold(
     # last one's value and every attempt; fp32 is kept
     spec = in_child_process(export_model, request).spec
     failure = spec.failed_variants["int8"]
-    assert re.search(r"variant int8 \(tuning pairs\): spearman = [01]\.\d+, "
+    assert re.search(r"variant int8 \(tuning, short pairs\): spearman = [01]\.\d+, "
                      r"threshold >= 1\.00001 \(--int8-min-spearman\)", failure["reason"])
     assert len(failure["attempts"]) >= 2
     assert not any(attempt["passed_on_tuning"] for attempt in failure["attempts"])
     assert list(spec.variants) == ["fp32"] and not (out / "model_int8.onnx").exists()
     # nothing passing on CPU fails the export and writes nothing (one recipe: the ladder is above)
     with pytest.raises(FidelityError, match=r"no CPU variant passed validation: int8: variant "
-                       r"int8 \(tuning pairs\): spearman = [01]\.\d+") as error:
+                       r"int8 \(tuning, short pairs\): spearman = [01]\.\d+") as error:
         in_child_process(export_model, ExportRequest(
             model=str(tiny_checkpoint_dir), out_dir=tmp_path / "none", variants=("int8",),
             int8=(Int8Settings(method="dynamic"),), validation_pairs=16,
@@ -391,7 +393,7 @@ def test_cli_fidelity_failure_exits_nonzero(
     code = main(["export", "--model", str(tiny_checkpoint_dir), "--out", str(out), "--quiet",
                  "--variants", "fp32", "--validation-pairs", "16", "--fp32-max-abs-diff", "0"])
     assert code == 2
-    assert "variant fp32 (tuning pairs): max_abs_diff_scaled = " in capsys.readouterr().err
+    assert "variant fp32 (tuning, short pairs): max_abs_diff_scaled = " in capsys.readouterr().err
     assert _leftovers(out.parent, "strict") == []
 
 
@@ -485,14 +487,13 @@ def test_bad_variant_list_is_a_value_error(capsys: pytest.CaptureFixture[str]) -
 def test_validation_set_shape() -> None:
     pairs = load_validation_pairs()
     groups = {pair.group for pair in pairs}
-    assert len(pairs) == 528 and len(groups) == 33
+    assert len(pairs) == 1080 and len(groups) == 36
     assert {group.split(":")[0] for group in groups} == {"cranfield", "cacm"}
-    assert all(sum(p.group == group for p in pairs) == 16 for group in groups)
-    assert max(len(pair.passage) for pair in pairs) > 4000  # long passages reach the 512 limit
+    assert all(sum(p.group == group for p in pairs) == 30 for group in groups)
+    assert max(len(pair.passage) for pair in pairs) > 2500  # mixed passages reach the 512 limit
     subset = load_validation_pairs(VALIDATION_SUBSET)
-    assert len(subset) == 48 and {p.group.split(":")[0] for p in subset} == {"cranfield", "cacm"}
-    # a subset keeps both parts: 2 tuning groups and 1 held-out group
-    assert sorted(p.part for p in subset).count("held_out") == 16
+    # a subset keeps both parts: one whole group of 30 each
+    assert len(subset) == 60 and sorted(p.part for p in subset).count("held_out") == 30
 
 
 def test_registry_names_the_standins() -> None:

@@ -14,7 +14,7 @@ from onnxrank.export.quantize_openvino import OvInt8Settings
 
 FLOORS = {"spearman": "int8_min_spearman", "spearman_per_query_mean": "int8_min_spearman_per_query",
           "top10_overlap": "int8_min_top10_overlap"}
-PAIRS = 320
+PAIRS = 200
 LADDER = (OvInt8Settings(), OvInt8Settings(fp32_head=True))
 
 
@@ -30,6 +30,11 @@ def _export(checkpoint: Path, out_dir: Path, thresholds: object) -> dict:
             else spec.failed_variants["ov_int8"])["attempts"]
 
 
+def _lowest(record: dict, metric: str) -> float:
+    """A metric's lowest value over the regimes of an attempt's record: what the floors judge."""
+    return min(values[metric] for values in record["regimes"].values())
+
+
 def test_a_rung_whose_bf16_run_misses_is_passed_over(tiny_checkpoint_dir: Path,
                                                      tmp_path: Path) -> None:
     from onnxrank.engine.backends.openvino import cpu_capabilities
@@ -40,14 +45,16 @@ def test_a_rung_whose_bf16_run_misses_is_passed_over(tiny_checkpoint_dir: Path,
                                  int8_min_top10_overlap=0.5)
     first = _export(tiny_checkpoint_dir, tmp_path / "lenient", lenient)[0]
     assert first["passed_on_tuning"] is True
-    lowered = [(metric, first[metric], first["openvino_int8_bf16"][metric])
-               for metric in FLOORS if first["openvino_int8_bf16"][metric] < first[metric]]
+    lowered = [(metric, _lowest(first, metric), _lowest(first["openvino_int8_bf16"], metric))
+               for metric in FLOORS
+               if _lowest(first["openvino_int8_bf16"], metric) < _lowest(first, metric)]
     if not lowered:
         pytest.skip(f"bf16 rounding lowered none of {', '.join(FLOORS)} on this model")
     metric, int8, bf16 = lowered[0]
-    # a floor the int8 run meets and its int8+bf16 run does not
+    # a floor the int8 run meets in every regime and its int8+bf16 run does not
     attempts = _export(tiny_checkpoint_dir, tmp_path / "strict",
                        replace(lenient, **{FLOORS[metric]: int8}))
-    assert attempts[0][metric] == int8 and attempts[0]["openvino_int8_bf16"][metric] == bf16
+    assert _lowest(attempts[0], metric) == int8
+    assert _lowest(attempts[0]["openvino_int8_bf16"], metric) == bf16
     assert attempts[0]["passed_on_tuning"] is False
     assert len(attempts) == 2 and attempts[1]["fp32_head"] is True

@@ -70,7 +70,8 @@ def test_scores_follow_fp32_and_not_the_batch_mates(tiny_model_dir: Path,
     effect = float(np.abs(alone - together).max())
     assert effect <= 1e-3 * reference.std(), f"batch effect {effect:.2e}, std {reference.std():.3f}"
     metrics = score_metrics(reference, together, [pair.group for pair in pairs])
-    # the gate's own metrics, at the export's int8 floors (0.98 per query, top-10 0.9)
+    # the gate's own metrics, at the export's per-query floor; top-10 at 0.9, below the gate's
+    # 0.95: three groups of 30 scored by a tiny random model move 1 in 15 of their top ten
     assert metrics["spearman_per_query_mean"] >= 0.98, metrics
     assert metrics["top10_overlap"] >= 0.9, metrics
     # and it is int8: not the fp32 scores to float rounding

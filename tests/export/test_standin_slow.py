@@ -38,9 +38,15 @@ def test_full_size_standin_exports_with_default_thresholds(tmp_path: Path) -> No
     # the product's gates, fixed here rather than read from the artefact under test
     for part in (spec.variants["fp32"].fidelity, spec.variants["fp32"].fidelity["held_out"]):
         assert part["max_abs_diff"] <= 1e-4
-    for variant in ("int8", "ov_int8"):
-        for part in (spec.variants[variant].fidelity, spec.variants[variant].fidelity["held_out"]):
-            assert part["spearman"] >= 0.98 and part["top10_overlap"] >= 0.9, (variant, part)
+    for variant in ("int8", "ov_int8"):  # kept only where every regime of both parts passes
+        if variant not in spec.variants:
+            assert spec.failed_variants[variant]["stage"] == "validation", variant
+            continue
+        fidelity = spec.variants[variant].fidelity
+        for part in (fidelity, fidelity["held_out"]):
+            for regime in part["regimes"].values():
+                assert regime["spearman_per_query_mean"] >= 0.98, (variant, regime)
+                assert regime["top10_overlap"] >= 0.95, (variant, regime)
     assert spec.variants["opt"].optimization["fusions"]["Attention"] == 5  # the last is pruned
     runner = open_model_file(out / "model.onnx", precision="fp32", threads=2)
     rows = PairEncoder(load_tokenizer(spec, out), spec.max_length).encode(PAIRS)

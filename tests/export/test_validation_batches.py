@@ -42,7 +42,8 @@ def test_batch_dependence_bounds_its_together_batches_too() -> None:
         return np.zeros((len(feeds["input_ids"]), 1), dtype=np.float32)
 
     rows = _rows(LENGTHS)
-    inputs = ValidationInputs(RERANK, rows, ["q"] * len(rows), ["tuning"] * len(rows), [], 0)
+    inputs = ValidationInputs(RERANK, rows, ["q"] * len(rows), ["tuning"] * len(rows), ["short"] * len(rows),
+                              [], 0)
     assert batch_dependence(run, inputs) == {"batch_1_vs_64_max_abs_diff": 0.0,
                                              "batch_1_vs_64_rows": len(rows)}
     together = shapes[len(rows):]
@@ -62,7 +63,7 @@ def test_batch_dependence_measures_evenly_spaced_rows_up_to_its_limit() -> None:
 
     count = 3 * BATCH_EFFECT_ROWS + 5
     rows = _rows([8 + index for index in range(count)])
-    inputs = ValidationInputs(RERANK, rows, ["q"] * count, ["tuning"] * count, [], 0)
+    inputs = ValidationInputs(RERANK, rows, ["q"] * count, ["tuning"] * count, ["short"] * count, [], 0)
     effect = batch_dependence(run, inputs)
     measured = effect["batch_1_vs_64_rows"]
     assert measured <= BATCH_EFFECT_ROWS

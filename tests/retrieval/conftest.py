@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from built_once import built_once
 from retrieval_fixtures import CORPUS, write_jsonl, write_model_dir
 
 import onnxrank.retrieval.hybrid as hybrid_module
 from onnxrank.engine.embedder import Embedder
+from onnxrank.engine.late_interaction import LateInteractionReranker
 from onnxrank.engine.reranker import Reranker
 from onnxrank.retrieval import HybridRetriever, build_index
 
@@ -66,3 +69,30 @@ def load_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(HybridRetriever, "_rerank", spy("rerank stage", HybridRetriever._rerank))
     return events
 
+
+
+@pytest.fixture(scope="session")
+def late_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny PyLate-layout BERT ColBERT ([unused0]/[unused1] markers, punctuation skiplist),
+    fp32 only, exported with the real CLI once per run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "late_interaction"))
+    from colbert_checkpoints import build_pylate_bert
+
+    from onnxrank.cli import main
+
+    source = built_once(tmp_path_factory, "colbert-checkpoints/pylate_bert", build_pylate_bert)
+
+    def export(out_dir: Path) -> None:
+        code = main(["export", "--model", str(source), "--out", str(out_dir), "--variants", "fp32",
+                     "--validation-pairs", "16", "--quiet"])
+        if code != 0:
+            raise RuntimeError(f"onnxrank export of {source} exited with {code}")
+
+    return built_once(tmp_path_factory, "colbert-models/pylate_bert-fp32", export)
+
+
+@pytest.fixture(scope="session")
+def late_model(late_model_dir: Path) -> LateInteractionReranker:
+    model = Reranker.from_dir(late_model_dir, device="cpu", threads=1)
+    assert isinstance(model, LateInteractionReranker)
+    return model

@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,7 +16,6 @@ import pytest
 
 from onnxrank import Reranker
 from onnxrank.bench.baselines import (
-    FLASHRANK_SKIP_REASON,
     FastembedBaseline,
     NaiveOrtBaseline,
     SentenceTransformersBaseline,
@@ -36,6 +35,7 @@ from onnxrank.bench.harness import (
     summarize,
 )
 from onnxrank.bench.machine import CpuFacts, classify, describe_machine, read_cpu
+from onnxrank.bench.peers import PEER_PYTHON_HINT, ChildPeer, CTranslate2Peer, FlashRankPeer
 from onnxrank.bench.workloads import (
     DEFAULT_CANDIDATES,
     DEFAULT_SEED,
@@ -73,6 +73,8 @@ BASELINE_CLASSES = {
     "naive_ort": NaiveOrtBaseline,
     "fastembed": FastembedBaseline,
     "fastembed_fp32": FastembedBaseline,
+    "ct2": CTranslate2Peer,
+    "flashrank": FlashRankPeer,
 }
 # Keyword arguments of each baseline beyond (spec, model_dir, device, threads).
 BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
@@ -126,7 +128,7 @@ FULL_TIME_CAPS_S = {
     "max_batch_tokens": 25.0, "max_batch_size": 25.0, "padding/mixed": 30.0,
     "padding/mixed_uniform": 25.0, "threads": 20.0, "precision": 30.0,
     "long_documents": 25.0, "order_check": 15.0, "retrieval_stages": 15.0,
-    "overhead/short": 20.0, "overhead/mixed": 20.0,
+    "overhead/short": 20.0, "overhead/mixed": 20.0, "peers/short": 60.0, "peers/mixed": 120.0,
     "serving_c1": 15.0, "serving_c4": 15.0, "serving_c16/short": 45.0,
     "serving_c16/mixed": 50.0, "serving_c64": 30.0,
     "serving_embed_c1": 10.0, "serving_embed_c4": 10.0, "serving_embed_c16": 40.0,
@@ -177,6 +179,9 @@ class BenchRun:
         self.model_name: str = option("--bench-model")
         self.models_dir = Path(option("--bench-models-dir"))
         self.embedder_name: str = option("--bench-embedder")
+        self.late_model_name: str | None = option("--bench-late-model")
+        # the interpreter of the OpenVINO peers' environment (None: those rows are skipped)
+        self.peer_python: str | None = option("--bench-peer-python")
         # The user's engine options that differ from the defaults (empty: every engine contender
         # "with defaults" runs EngineConfig's defaults).
         self.engine_options = bench_engine_options(json.loads(option("--bench-engine-options")))
@@ -355,6 +360,27 @@ class BenchRun:
                 self._baselines[key] = f"skipped: {err}"
         return self._baselines[key]
 
+    def child_peer(self, kind: str, device: str) -> ChildPeer | str:
+        """The peer of a worker kind (onnxrank.bench.peer_worker) in a child process of
+        --peer-python, or the reason (str) it cannot run; cached per session (its start-up
+        converts and calibrates the model)."""
+        key = (kind, device)
+        if key not in self._baselines:
+            if self.peer_python is None:
+                self._baselines[key] = f"skipped: {PEER_PYTHON_HINT}"
+                return self._baselines[key]
+            from onnxrank.export.validate import load_calibration_pairs
+
+            calibration = [(pair.query, pair.passage) for pair in load_calibration_pairs()]
+            try:
+                self._baselines[key] = ChildPeer(
+                    kind, self.reference_engine.spec, self.model_dir, device=device,
+                    threads=self.threads, python=self.peer_python, calibration=calibration)
+            except (RerankError, MissingDependencyError) as err:
+                logger.warning("peer %s skipped on %s: %s", kind, device, err)
+                self._baselines[key] = f"skipped: {err}"
+        return self._baselines[key]
+
     # --- measuring and recording ----------------------------------------------------------------
 
     def require_device(self, scenario: str, regime: str, device: str) -> None:
@@ -385,6 +411,7 @@ class BenchRun:
         pairs_per_item: Sequence[int], ratios: Sequence[tuple[str, str]],
         skipped: dict[str, str] | None = None, workload: Workload, count_flops: bool = True,
         time_cap_s: float | None = None, precision: float = DEFAULT_PRECISION,
+        annotate: Callable[[ScenarioResult], ScenarioResult] | None = None,
     ) -> ScenarioResult:
         """Measure interleaved, record the result, and fail the test on a broken budget.
 
@@ -400,6 +427,8 @@ class BenchRun:
                 this scenario and regime, see ``Sizes.time_cap_s``).
             precision: Half-width of the interval, relative to the median, that settles a
                 ratio (a budget that judges a few percent needs a narrower one than ±5%).
+            annotate: What the scenario adds to the result before it is recorded and judged
+                (the peers' fidelity and verdicts).
         """
         flops = None
         # The user's long_documents="max_chunk" makes every engine contender a max_chunk one.
@@ -422,6 +451,8 @@ class BenchRun:
                            workload=dataclasses.replace(workload,
                                                         requests=tuple(measured)).describe(),
                            flops_per_item=flops)
+        if annotate is not None:
+            result = annotate(result)
         self.record(benchmark, result)
         return result
 
@@ -505,7 +536,7 @@ class BenchRun:
             "machine": self.machine,
             "cpu": describe_machine(self.cpu, self.threads),
             "machine_class": self.machine_class,
-            "flashrank": FLASHRANK_SKIP_REASON,
+            "peer_python": self.peer_python,
         }
 
 

@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "sweep varies its own setting on top")
     group.addoption("--bench-embedder", default=DEFAULT_EMBEDDER,
                     help="embedding model (name or directory) of the retrieval-stages scenario")
+    group.addoption("--bench-late-model", default=None,
+                    help="late-interaction model (name or directory) of the retrieval cascade "
+                         "scenario; none: that scenario is skipped")
     group.addoption("--bench-dataset", default=str(DEFAULT_DATASET),
                     help="dataset directory (corpus.jsonl, queries.jsonl)")
     group.addoption("--bench-quick", action="store_true",
@@ -60,6 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-infinity", default=None,
                     help="Infinity's infinity_emb executable for the serving scenario (default: "
                          "the one on PATH)")
+    group.addoption("--bench-peer-python", default=None,
+                    help="interpreter of the environment of the OpenVINO peers (peers scenario)")
     group.addoption("--bench-budgets", default=str(DEFAULT_BUDGETS), help="budgets TOML file")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnxrank.bench.baselines import FLASHRANK_SKIP_REASON
 from onnxrank.bench.contenders import engine_contender
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.bench.workloads import Regime
@@ -26,7 +25,6 @@ def test_latency(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -
     engine = engine_contender("engine", f"onnxrank engine ({bench.engine_label()})",
                               bench.engine(device))
     baselines, skipped = bench.baseline_contenders(device, BASELINES)
-    skipped["flashrank"] = FLASHRANK_SKIP_REASON
     bench.compare(
         benchmark, scenario=SCENARIO, regime=regime.name, device=device,
         contenders=[engine, *baselines], items=[(request,) for request in workload.requests],

@@ -6,6 +6,12 @@ The index (SQLite FTS5 + HNSW) of the dataset's documents is built, incrementall
 Skipped, with the reason, when the retriever or the embedding model is not available.
 Budgets (budgets.toml): scenario "retrieval_stages", contenders lexical, dense, fusion,
 rerank, total.
+
+The cascade (scenario "retrieval_cascade", with --bench-late-model): the index also stores the
+late-interaction model's document vectors; per query the fused top CASCADE_CANDIDATES passages
+are reranked by the cascade (stored vectors over all, then the run's cross-encoder over the top
+CASCADE_KEEP) and, interleaved, by the cross-encoder alone over all of them. Reported: each
+stage's time, both totals, and the top-10 overlap of the cascade with the cross-encoder alone.
 """
 
 from __future__ import annotations
@@ -32,25 +38,35 @@ SCENARIO = "retrieval_stages"
 REGIME = "dataset"
 K = 10
 STAGES = ("lexical", "dense", "fusion", "rerank")
+CASCADE_SCENARIO = "retrieval_cascade"
+# late interaction over up to 1,000 fused candidates, the cross-encoder over its top 50
+CASCADE_CANDIDATES = 1000
+CASCADE_KEEP = 50
 
 
-def _open_retriever(bench: BenchRun, device: str) -> tuple[Any, dict[str, str]]:
-    """Build (incrementally) and open the dataset's index, or skip with the reason."""
+def _open_retriever(bench: BenchRun, device: str, scenario: str = SCENARIO,
+                    late_model: Any = None) -> tuple[Any, dict[str, str]]:
+    """Build (incrementally) and open the dataset's index, or skip with the reason; with
+    `late_model`, an index that also stores its document vectors."""
     try:
         hybrid = importlib.import_module("onnxrank.retrieval.hybrid")
         retriever_class = hybrid.HybridRetriever
         retrieval = importlib.import_module("onnxrank.retrieval")
     except (ImportError, AttributeError) as err:
-        bench.skip_scenario(SCENARIO, REGIME, device,
+        bench.skip_scenario(scenario, REGIME, device,
                             f"onnxrank.retrieval.hybrid.HybridRetriever is not importable: {err}")
     try:
         embedder_dir = resolve_model_dir(bench.embedder_name, bench.models_dir)
         embedder = Embedder.from_dir(embedder_dir, device=device, threads=bench.threads)
-        index_dir = bench.out / "retrieval-index" / f"{embedder.spec.name}-{device}"
-        retrieval.build_index(bench.dataset_path / "corpus.jsonl", index_dir, embedder)
+        name = f"{embedder.spec.name}-{device}"
+        if late_model is not None:
+            name += f"-{late_model.spec.name}"
+        index_dir = bench.out / "retrieval-index" / name
+        retrieval.build_index(bench.dataset_path / "corpus.jsonl", index_dir, embedder,
+                              document_vectors=late_model)
         retriever = retriever_class.open(index_dir, embedder=embedder)
     except (RerankError, MissingDependencyError) as err:
-        bench.skip_scenario(SCENARIO, REGIME, device, str(err))
+        bench.skip_scenario(scenario, REGIME, device, str(err))
     return retriever, {"index": str(index_dir), "embedder": str(embedder_dir)}
 
 
@@ -95,4 +111,87 @@ def _measure_stages(benchmark: Any, bench: BenchRun, device: str, retriever: Any
         scenario=SCENARIO, regime=REGIME, device=device, contenders=stages,
         workload={"dataset": bench.dataset_path.name, "queries": len(total), "k": K},
         measurement=measurement_summary(timings, "total", compared=False),
+    ))
+
+
+def test_retrieval_cascade(benchmark: Any, bench: BenchRun, device: str) -> None:
+    bench.require_device(CASCADE_SCENARIO, REGIME, device)
+    if bench.late_model_name is None:
+        bench.skip_scenario(CASCADE_SCENARIO, REGIME, device,
+                            "no late-interaction model (onnxrank bench --late-model)")
+    from onnxrank.engine.late_interaction import LateInteractionReranker
+    from onnxrank.engine.reranker import Reranker
+
+    try:
+        late_model = Reranker.from_dir(resolve_model_dir(bench.late_model_name, bench.models_dir),
+                                       config=bench.engine_config(device))
+    except (RerankError, MissingDependencyError) as err:
+        bench.skip_scenario(CASCADE_SCENARIO, REGIME, device, str(err))
+    if not isinstance(late_model, LateInteractionReranker):
+        bench.skip_scenario(CASCADE_SCENARIO, REGIME, device,
+                            f"--late-model {bench.late_model_name} is not a late-interaction model")
+    retriever, settings = _open_retriever(bench, device, CASCADE_SCENARIO, late_model)
+    with contextlib.closing(retriever):
+        _measure_cascade(benchmark, bench, device, retriever, late_model, settings)
+
+
+def _measure_cascade(benchmark: Any, bench: BenchRun, device: str, retriever: Any,
+                     late_model: Any, settings: dict[str, Any]) -> None:
+    from onnxrank.rerankers import LocalReranker
+    from onnxrank.rerankers.cascade import CascadeReranker, CascadeStage
+    from onnxrank.rerankers.stored import StoredVectorReranker
+    from onnxrank.retrieval.document_vectors import open_document_vectors
+
+    cross = LocalReranker(bench.engine(device), on_error="raise")
+    late = StoredVectorReranker(late_model, open_document_vectors(retriever.store), on_error="raise")
+    cascade = CascadeReranker([CascadeStage(late, keep=CASCADE_KEEP), CascadeStage(cross)])
+    queries = [request.query for request in
+               bench.workload(REGIMES["short"], bench.sizes.latency_queries).requests]
+    # the fused candidates of each query, retrieved once, outside the timed calls
+    items = [(query, [hit.text if not hit.title else f"{hit.title} {hit.text}" for hit in
+                      retriever.search(query, CASCADE_CANDIDATES, mode="hybrid")]) for query in queries]
+    stage_ms: dict[str, list[float]] = {"late_interaction": [], "cross_encoder": []}
+    top10: dict[str, dict[str, list[int]]] = {"cascade": {}, "cross_alone": {}}
+
+    def run_cascade(item: tuple[str, list[str]]) -> None:
+        result = cascade.rerank_detailed(item[0], item[1])
+        for stage, run in zip(stage_ms, result.stages):
+            stage_ms[stage].append(run.ms / 1000.0)
+        top10["cascade"][item[0]] = [document.index for document in result.documents[:K]]
+
+    def run_cross(item: tuple[str, list[str]]) -> None:
+        top10["cross_alone"][item[0]] = [document.index for document in
+                                         cross.rerank(item[0], item[1], top_k=K)]
+
+    contenders = [
+        Contender(name="cascade", label=f"late interaction (stored vectors) over the candidates, "
+                  f"cross-encoder over its top {CASCADE_KEEP}", run=run_cascade),
+        Contender(name="cross_alone", label="cross-encoder alone over the candidates", run=run_cross),
+    ]
+    per_item = [len(documents) for _, documents in items]
+    stopping = StoppingRule(min_items=min(bench.sizes.min_items, len(items)), max_items=len(items),
+                            time_cap_s=bench.sizes.time_cap_s(SCENARIO, REGIME))
+    timings = measure_interleaved(benchmark, contenders, items, per_item,
+                                  ratios=[("cascade", "cross_alone")], stopping=stopping)
+    overlaps = [len(set(top10["cascade"][query]) & set(top10["cross_alone"][query])) / K
+                for query in top10["cascade"] if query in top10["cross_alone"]]
+    settings = {**settings, "late_model": late_model.spec.name,
+                "reranker": cross.load().device_info.model_file, "keep": CASCADE_KEEP,
+                "candidates": CASCADE_CANDIDATES}
+    rows: dict[str, dict[str, Any]] = {
+        name: {"label": contender.label, "settings": settings,
+               "stats": time_stats(timings.seconds[name], per_item)}
+        for name, contender in zip(("cascade", "cross_alone"), contenders)}
+    stage_pairs = {"late_interaction": per_item,
+                   "cross_encoder": [min(CASCADE_KEEP, pairs) for pairs in per_item]}
+    for stage, values in stage_ms.items():  # values[0]: the untimed warm-up call
+        rows[f"cascade_{stage}"] = {"label": f"cascade stage: {stage}", "settings": settings,
+                                    "stats": time_stats(values[1:], stage_pairs[stage])}
+    bench.record(benchmark, ScenarioResult(
+        scenario=CASCADE_SCENARIO, regime=REGIME, device=device, contenders=rows,
+        workload={"dataset": bench.dataset_path.name, "queries": len(overlaps),
+                  "candidates_mean": sum(per_item) / max(len(per_item), 1), "k": K,
+                  "top10_agreement_mean": sum(overlaps) / max(len(overlaps), 1),
+                  "top10_agreement_min": min(overlaps, default=0.0)},
+        measurement=measurement_summary(timings, "cascade", compared=True),
     ))

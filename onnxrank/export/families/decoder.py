@@ -433,16 +433,20 @@ class DecoderFamily(Family):
     """
 
     name = "decoder"
-    model_types = ("qwen3", "qwen2", "gemma")
-    examples = ("Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Reranker-4B", "Qwen/Qwen3-Reranker-8B",
-                "BAAI/bge-reranker-v2-gemma", "mixedbread-ai/mxbai-rerank-base-v2",
-                "mixedbread-ai/mxbai-rerank-large-v2")
+    model_types: tuple[str, ...] = ("qwen3", "qwen2", "gemma")
+    examples: tuple[str, ...] = (
+        "Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Reranker-4B", "Qwen/Qwen3-Reranker-8B",
+        "BAAI/bge-reranker-v2-gemma", "mixedbread-ai/mxbai-rerank-base-v2",
+        "mixedbread-ai/mxbai-rerank-large-v2")
     ort_model_type = None  # onnxruntime's transformer optimizer has no fusions for these graphs
     ov_int8_mode = "weight_only"
     uses_recipe = True
     direct_openvino = True
     # the score and prefix graphs' own trace (export_score_graph, export_prefix_graph)
     exporters: tuple[Exporter, ...] = ("torchscript",)
+    # the score graph and its PyTorch reference, each (model, *, answer_ids, weights) -> ...
+    score_graph = staticmethod(score_graph)
+    score_reference = staticmethod(reference_runner)
 
     def model_class(self, task: ExportTask) -> Any:
         transformers = require("transformers", extra="export")
@@ -455,8 +459,8 @@ class DecoderFamily(Family):
         return min(DEFAULT_MAX_LENGTH, self.max_positions(config))
 
     def graph_module(self, loaded: LoadedModel, model: Any, task: ExportTask) -> torch.nn.Module:
-        return score_graph(model, answer_ids=self.answer_ids(loaded),
-                           weights=self.recipe(loaded).score_kind.weights)
+        return self.score_graph(model, answer_ids=self.answer_ids(loaded),
+                                weights=self.recipe(loaded).score_kind.weights)
 
     def export_graph(self, module: torch.nn.Module, out_path: Path, *, task: ExportTask,
                      input_names: tuple[str, ...], opset: int,
@@ -481,8 +485,8 @@ class DecoderFamily(Family):
         return score_head_ops(model)
 
     def reference_runner(self, loaded: LoadedModel) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-        return reference_runner(loaded.model, answer_ids=self.answer_ids(loaded),
-                                weights=self.recipe(loaded).score_kind.weights)
+        return self.score_reference(loaded.model, answer_ids=self.answer_ids(loaded),
+                                    weights=self.recipe(loaded).score_kind.weights)
 
     def cls_only_support(self, model: Any) -> str | None:
         return ("a decoder reranker reads the last token, not [CLS]: its vocabulary projection is "
@@ -534,7 +538,7 @@ class DecoderFamily(Family):
         if recipe is None:
             where = loaded.source.get("model_id") or loaded.source.get("path")
             raise ExportError(
-                f"{where} is a decoder ({loaded.config.model_type}, "
+                f"{where} is a {self.name} model ({loaded.config.model_type}, "
                 f"{', '.join(loaded.config.architectures or [])}): it scores pairs through a "
                 f"prompt recipe; pass --recipe NAME (built-in: {', '.join(BUILTIN_RECIPES)}) "
                 "or --recipe FILE.json"

@@ -1,0 +1,211 @@
+"""A sentence-transformers peer in a child process: loads one CrossEncoder path, scores over a pipe.
+
+The OpenVINO peers need optimum-intel, which pins transformers below what onnxrank's export needs,
+so they live in a second environment; the bench starts this file there with that environment's
+interpreter (``onnxrank bench --peer-python PATH``, onnxrank.bench.peers.ChildPeer). It imports
+only the standard library at the top, so it runs where onnxrank is not installed; its peer's
+packages are imported on "load".
+
+Protocol: one JSON object per line on stdin, one reply per line on the original stdout (the
+libraries' own prints are sent to stderr, so they cannot corrupt a reply).
+
+- ``{"op": "load", "kind": KIND, "checkpoint": DIR, "work_dir": DIR, "max_length": N,
+  "threads": N, "calibration": [[query, passage], ...]}`` -> ``{"ok": true, "settings": {...}}``
+- ``{"op": "score", "pairs": [[query, passage], ...]}`` -> ``{"ok": true, "scores": [...],
+  "compute_s": S}``: the model's logits (no activation) and the time of ``predict`` alone,
+  without the pipe.
+- A failure -> ``{"ok": false, "error": ERROR, "message": TEXT}``, ERROR one of
+  ``missing_dependency`` (the peer's packages are not in this interpreter), ``load_failed``,
+  ``bad_request``, ``score_failed``.
+
+Kinds:
+
+- ``torch``: CrossEncoder on PyTorch fp32 (runs in onnxrank's own environment too: the tests drive
+  the protocol with it).
+- ``openvino``: ``CrossEncoder(dir, backend="openvino")``, its default precision on the machine
+  (OpenVINO's inference precision hint: bf16 where the CPU has it).
+- ``openvino_int8``: the model saved by ``export_static_quantized_openvino_model`` with its
+  default quantization config; its default calibration set (glue/sst2) needs the Hugging Face
+  Hub, so it is calibrated on the pairs the load request carries (onnxrank's shipped calibration
+  pairs), tokenized as pairs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+# CrossEncoder.predict's default batch size; every kind scores with it
+BATCH_SIZE = 32
+KINDS = ("torch", "openvino", "openvino_int8")
+# the packages each kind imports, and where they come from
+KIND_PACKAGES = {
+    "torch": ("torch", "sentence_transformers"),
+    "openvino": ("torch", "sentence_transformers", "optimum.intel", "openvino"),
+    "openvino_int8": ("torch", "sentence_transformers", "optimum.intel", "openvino", "nncf",
+                      "datasets"),
+}
+INSTALL_HINT = "docs/peers.md, \"A second environment for the OpenVINO peers\""
+INT8_FILE_SUFFIX = "qint8_quantized"  # export_static_quantized_openvino_model's default
+CALIBRATION_COLUMN = "pair"
+
+
+class PeerRequestError(Exception):
+    """A request the worker answers with an error reply (its `error` names the kind)."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def _require(kind: str) -> None:
+    """Raise before any import (torch's alone takes seconds) when a package of `kind` is absent."""
+    missing = []
+    for name in KIND_PACKAGES[kind]:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # its parent package is absent
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise PeerRequestError(
+            "missing_dependency",
+            f"peer {kind!r} needs {', '.join(missing)}, not importable by {sys.executable}; "
+            f"build its environment as {INSTALL_HINT} says")
+
+
+def _write_calibration(work_dir: Path, pairs: list[list[str]]) -> Path:
+    """A local JSON-lines dataset of the calibration pairs (datasets loads it offline)."""
+    directory = work_dir / "calibration"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "train.jsonl", "w", encoding="utf-8") as handle:
+        for pair in pairs:
+            handle.write(json.dumps({CALIBRATION_COLUMN: list(pair)}) + "\n")
+    return directory
+
+
+class Peer:
+    """One loaded CrossEncoder path."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        kind = request.get("kind")
+        if kind not in KINDS:
+            raise PeerRequestError("bad_request", f"kind must be one of {', '.join(KINDS)}, "
+                                                  f"got {kind!r}")
+        _require(kind)
+        import sentence_transformers
+        import torch
+
+        threads = int(request["threads"])
+        torch.set_num_threads(threads)
+        checkpoint, work_dir = str(request["checkpoint"]), Path(request["work_dir"])
+        common: dict[str, Any] = {"max_length": int(request["max_length"]),
+                                  "local_files_only": True}
+        settings: dict[str, Any] = {
+            "runtime": f"sentence-transformers {sentence_transformers.__version__}, torch "
+                       f"{torch.__version__}",
+            "python": sys.executable, "batch_size": BATCH_SIZE, "threads": threads}
+        if kind == "torch":
+            self.model = sentence_transformers.CrossEncoder(
+                checkpoint, device="cpu", model_kwargs={"dtype": torch.float32}, **common)
+            settings["precision"] = "fp32"
+        else:
+            ov_config = {"INFERENCE_NUM_THREADS": threads}
+            model = sentence_transformers.CrossEncoder(
+                checkpoint, device="cpu", backend="openvino",
+                model_kwargs={"ov_config": ov_config}, **common)
+            if kind == "openvino_int8":
+                model = self._static_int8(sentence_transformers, model, work_dir, ov_config,
+                                          request.get("calibration") or [], common)
+                settings["calibration"] = (
+                    f"{len(request['calibration'])} onnxrank calibration pairs (its default, "
+                    "glue/sst2, needs the Hugging Face Hub)")
+            self.model = model
+            compiled = model.transformers_model.request
+            settings["precision"] = (
+                ("int8 + " if kind == "openvino_int8" else "")
+                + compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+            import openvino
+            settings["runtime"] += f", OpenVINO {openvino.__version__}"
+        self.identity = torch.nn.Identity()
+        self.settings = settings
+
+    @staticmethod
+    def _static_int8(sentence_transformers: Any, model: Any, work_dir: Path,
+                     ov_config: dict[str, Any], calibration: list[list[str]],
+                     common: dict[str, Any]) -> Any:
+        """export_static_quantized_openvino_model on `model`, then the model it saved."""
+        if not calibration:
+            raise PeerRequestError("bad_request", "openvino_int8 needs calibration pairs")
+        from sentence_transformers.backend import export_static_quantized_openvino_model
+
+        saved = work_dir / "openvino_int8"
+        model.save_pretrained(str(saved))
+        export_static_quantized_openvino_model(
+            model, None, str(saved), dataset_name=str(_write_calibration(work_dir, calibration)),
+            dataset_config_name="default", dataset_split="train", column_name=CALIBRATION_COLUMN)
+        return sentence_transformers.CrossEncoder(
+            str(saved), device="cpu", backend="openvino",
+            model_kwargs={"ov_config": ov_config,
+                          "file_name": f"openvino/openvino_model_{INT8_FILE_SUFFIX}.xml"},
+            **common)
+
+    def score(self, pairs: list[list[str]]) -> tuple[list[float], float]:
+        started = time.perf_counter()
+        # logits, as the engine's: a float32 sigmoid ties every logit above about 17 at 1.0
+        scores = self.model.predict([tuple(pair) for pair in pairs], batch_size=BATCH_SIZE,
+                                    show_progress_bar=False, activation_fn=self.identity)
+        return [float(value) for value in scores], time.perf_counter() - started
+
+
+def _answer(peer: Peer | None, request: dict[str, Any]) -> tuple[Peer | None, dict[str, Any]]:
+    op = request.get("op")
+    if op == "load":
+        try:
+            peer = Peer(request)
+        except PeerRequestError:
+            raise
+        except Exception as err:  # whatever the peer's libraries raise, as a reply
+            raise PeerRequestError("load_failed", f"{type(err).__name__}: {err}") from err
+        return peer, {"ok": True, "settings": peer.settings}
+    if op == "score":
+        if peer is None:
+            raise PeerRequestError("bad_request", "score before load")
+        try:
+            scores, seconds = peer.score(request["pairs"])
+        except Exception as err:
+            raise PeerRequestError("score_failed", f"{type(err).__name__}: {err}") from err
+        return peer, {"ok": True, "scores": scores, "compute_s": seconds}
+    raise PeerRequestError("bad_request", f"op must be load or score, got {op!r}")
+
+
+def serve(requests: TextIO, replies: TextIO) -> None:
+    """Answer requests line by line until stdin closes."""
+    peer: Peer | None = None
+    for line in requests:
+        try:
+            peer, reply = _answer(peer, json.loads(line))
+        except PeerRequestError as err:
+            reply = {"ok": False, "error": err.error, "message": str(err)}
+        except json.JSONDecodeError as err:
+            reply = {"ok": False, "error": "bad_request", "message": f"not JSON: {err}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main() -> None:
+    # Replies go to a copy of stdout; fd 1 becomes stderr for every library that prints.
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()

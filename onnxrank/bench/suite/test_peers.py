@@ -1,0 +1,118 @@
+"""Peers: the engine against the fastest paths users already have, on time and on fidelity.
+
+Every contender reranks the same queries interleaved, as in the latency scenario: the engine,
+sentence-transformers on PyTorch fp32 (also the fidelity reference), CTranslate2 int8, FlashRank,
+and, with --peer-python, sentence-transformers on OpenVINO and its static int8 export in a child
+process (onnxrank.bench.peers). Each row has its time ratio against the engine and its fidelity
+to PyTorch fp32 on the queries it was timed on; the report's verdict for every peer: is the engine
+faster at no lower fidelity (onnxrank.bench.fidelity)? Budgets of kind ``pareto`` enforce it per
+machine class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxrank.bench.contenders import engine_settings
+from onnxrank.bench.fidelity import REFERENCE, fidelity, pareto_verdict
+from onnxrank.bench.harness import Contender, ScenarioResult, median_stats
+from onnxrank.bench.peers import CHILD_PEERS, ONNX_SKIP_REASON, ChildPeer, child_peer_name
+from onnxrank.bench.suite.bench_run import BenchRun
+from onnxrank.bench.workloads import Regime, Request
+from onnxrank.types import Pair
+
+SCENARIO = "peers"
+# the regimes of the product's promises; the others are the latency scenario's
+REGIMES = ("short", "mixed")
+IN_PROCESS_PEERS = (REFERENCE, "ct2", "flashrank")
+ENGINE = "engine"
+
+Scored = dict[int, np.ndarray]  # id(request) -> its scores, in document order
+
+
+def _scoring(name: str, label: str, settings: dict[str, Any],
+             score: Callable[[Sequence[Pair]], Any], store: Scored,
+             timer: Callable[[], float] | None = None) -> Contender[Sequence[Request]]:
+    """Scores each request of a chunk and keeps its scores for the fidelity columns."""
+    def run(chunk: Sequence[Request]) -> None:
+        for request in chunk:
+            store[id(request)] = np.asarray(
+                score([(request.query, document) for document in request.documents]),
+                dtype=np.float64)
+    return Contender(name=name, label=label, run=run, settings=settings, timer=timer)
+
+
+def _with_fidelity(bench: BenchRun, result: ScenarioResult, requests: Sequence[Request],
+                   scored: dict[str, Scored], peers: Sequence[str]) -> ScenarioResult:
+    """The result with every contender's fidelity to PyTorch fp32 (on the requests it ran) and
+    the verdict for every peer; fp32 scores of requests its timed runs did not reach are computed
+    now, untimed."""
+    reference = bench.baseline(REFERENCE, result.device)
+    if isinstance(reference, str):
+        return dataclasses.replace(result, pareto={name: {
+            "verdict": "not measured", "why": f"no fp32 reference: {reference}"} for name in peers})
+    truth = scored.setdefault(REFERENCE, {})
+    timed = {key for store in scored.values() for key in store}
+    for request in requests:
+        if id(request) in timed and id(request) not in truth:
+            truth[id(request)] = np.asarray(reference.score_logits(
+                [(request.query, document) for document in request.documents]), dtype=np.float64)
+    table = {}
+    for name, store in scored.items():
+        ran = [request for request in requests if id(request) in store]
+        table[name] = fidelity([truth[id(r)] for r in ran], [store[id(r)] for r in ran])
+    verdicts = {name: pareto_verdict(result.ratios.get(f"{ENGINE}/{name}"), table[ENGINE],
+                                     table[name]) for name in peers if name in table}
+    return dataclasses.replace(result, fidelity=table, pareto=verdicts)
+
+
+def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> None:
+    if regime.name not in REGIMES:
+        pytest.skip(f"the peer table measures {' and '.join(REGIMES)}")
+    bench.require_device(SCENARIO, regime.name, device)
+    if device != "cpu":
+        bench.skip_scenario(SCENARIO, regime.name, device, "the peers run on CPU")
+    workload = bench.workload(regime, bench.sizes.latency_queries)
+    scored: dict[str, Scored] = {ENGINE: {}}
+    engine = bench.engine(device)
+    contenders = [_scoring(ENGINE, f"onnxrank engine ({bench.engine_label()})",
+                           engine_settings(engine), engine.score, scored[ENGINE])]
+    skipped = {"st_onnx_int8": ONNX_SKIP_REASON}
+    children: dict[str, ChildPeer] = {}
+    found = [(name, bench.baseline(name, device)) for name in IN_PROCESS_PEERS]
+    found += [(child_peer_name(kind), bench.child_peer(kind, device)) for kind in CHILD_PEERS]
+    for name, peer in found:
+        if isinstance(peer, str):
+            skipped[name] = peer
+            continue
+        timer = None
+        if isinstance(peer, ChildPeer):
+            children[name] = peer
+            timer = peer.last_compute_s
+        # the fp32 reference scores logits (its sigmoid would tie the most confident at 1.0)
+        score = peer.score_logits if name == REFERENCE else peer.score
+        contenders.append(_scoring(name, peer.label, peer.settings, score,
+                                   scored.setdefault(name, {}), timer))
+    peers = [contender.name for contender in contenders[1:]]
+    # fp32 is the reference: its fidelity is 1 by definition, so no verdict is read against it
+    judged = [name for name in peers if name != REFERENCE]
+    for child in children.values():  # this measurement's pipe round trips only
+        child.round_trip_s.clear()
+
+    def annotate(result: ScenarioResult) -> ScenarioResult:
+        for name, child in children.items():
+            result.contenders[name]["pipe_round_trip_ms"] = median_stats(
+                [seconds * 1000.0 for seconds in child.round_trip_s])
+        return _with_fidelity(bench, result, workload.requests, scored, judged)
+
+    bench.compare(
+        benchmark, scenario=SCENARIO, regime=regime.name, device=device, contenders=contenders,
+        items=[(request,) for request in workload.requests],
+        pairs_per_item=[len(request.documents) for request in workload.requests],
+        ratios=[(ENGINE, name) for name in peers], skipped=skipped, workload=workload,
+        annotate=annotate)

@@ -1,0 +1,216 @@
+"""The peers scenario's parts: the peers against PyTorch fp32 on the tiny model, the child-process
+worker driven through a real child interpreter, the fidelity columns, the Pareto verdict, its
+budget kind and the report's peer table.
+
+The OpenVINO peers' own environment is not here: the worker's ``torch`` kind runs in this
+interpreter (sys.executable) and checks the protocol end to end; its OpenVINO kinds answer with a
+typed error that the bench turns into the row's skip reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxrank import Reranker
+from onnxrank.bench import peer_worker
+from onnxrank.bench.baselines import SentenceTransformersBaseline
+from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
+from onnxrank.bench.fidelity import FIDELITY_TOLERANCES, fidelity, pareto_verdict
+from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved
+from onnxrank.bench.paths import DEFAULT_BUDGETS
+from onnxrank.bench.peers import ChildPeer, CTranslate2Peer, FlashRankPeer
+from onnxrank.bench.report import peer_section
+from onnxrank.engine.spec import load_model_spec
+from onnxrank.errors import MissingDependencyError, ModelLoadError
+
+pytestmark = pytest.mark.costly(25)
+
+QUERY = "what is the pressure distribution on a wing at supersonic speed"
+DOCUMENTS = [
+    "the pressure distribution over a thin wing at supersonic speeds is computed by linear theory",
+    "boundary layer transition on a flat plate",
+    "heat transfer in hypersonic flow near a blunt nose, measured in a shock tunnel",
+    "wing",
+    "an experimental study of the pressure on delta wings at mach numbers from 1.5 to 3, with "
+    "comparisons to slender body theory and to conical flow solutions",
+    "the flutter of panels",
+]
+PAIRS = [(QUERY, document) for document in DOCUMENTS] + [("q2", "a second query's passage")]
+
+
+def _logit(probabilities: np.ndarray) -> np.ndarray:
+    return np.log(probabilities / (1.0 - probabilities))
+
+
+@pytest.fixture(scope="module")
+def fp32_logits(tiny_model_dir: Path) -> np.ndarray:
+    """sentence-transformers' PyTorch fp32 logits of PAIRS."""
+    baseline = SentenceTransformersBaseline(load_model_spec(tiny_model_dir), tiny_model_dir,
+                                            device="cpu", threads=1)
+    logits = baseline.score_logits(PAIRS)
+    # the user's scores are the checkpoint's sigmoid of the same logits
+    np.testing.assert_allclose(baseline.score(PAIRS), 1.0 / (1.0 + np.exp(-logits)), rtol=1e-5)
+    return logits.astype(np.float64)
+
+
+def test_ctranslate2_peer_follows_pytorch_fp32(tiny_model_dir: Path,
+                                               fp32_logits: np.ndarray) -> None:
+    peer = CTranslate2Peer(load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
+                           threads=1)
+    scores = peer.score(PAIRS)
+    # int8 weights and activations on a random tiny BERT: close to fp32, not equal
+    np.testing.assert_allclose(scores, fp32_logits, rtol=0.1, atol=0.1,
+                               err_msg=f"tiny-reranker ct2 {scores} vs fp32 {fp32_logits}")
+    assert peer.settings["precision"].startswith("int8")
+    # length-sorted batches scatter back to input order: one pair at a time gives the same
+    one_by_one = np.concatenate([peer.score([pair]) for pair in PAIRS])
+    np.testing.assert_allclose(scores, one_by_one, atol=1e-4)
+
+
+def test_flashrank_peer_runs_our_int8_file_offline(tiny_model_dir: Path) -> None:
+    spec = load_model_spec(tiny_model_dir)
+    peer = FlashRankPeer(spec, tiny_model_dir, device="cpu", threads=1)
+    scores = peer.score(PAIRS)
+    # its sigmoid of the logits of our int8 file; onnxruntime on the same file gives the logits
+    engine = Reranker.from_dir(tiny_model_dir, device="cpu", threads=1, backend="onnxruntime",
+                               precision="int8")
+    np.testing.assert_allclose(_logit(scores.astype(np.float64)), engine.score(PAIRS), atol=0.05)
+    assert peer.settings["model_file"] == str(tiny_model_dir / spec.variants["int8"].file)
+
+
+def test_child_peer_scores_through_a_real_child_interpreter(tiny_model_dir: Path,
+                                                            fp32_logits: np.ndarray) -> None:
+    peer = ChildPeer("torch", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
+                     threads=1, python=sys.executable)
+    assert peer.name == "st_torch"
+    assert peer.settings["python"] == sys.executable and peer.settings["precision"] == "fp32"
+    np.testing.assert_allclose(peer.score(PAIRS), fp32_logits, atol=1e-4)
+    assert len(peer.compute_s) == len(peer.round_trip_s) == 1
+    assert peer.last_compute_s() == peer.compute_s[0] > 0.0
+    assert peer.round_trip_s[0] >= 0.0
+
+
+def test_a_child_without_the_peers_packages_answers_with_a_typed_error(
+        tiny_model_dir: Path) -> None:
+    with pytest.raises(MissingDependencyError, match=re.escape(
+            "peer st_openvino: missing_dependency: peer 'openvino' needs optimum.intel, not "
+            f"importable by {sys.executable}; build its environment as docs/peers.md")):
+        ChildPeer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
+                  threads=1, python=sys.executable)
+    with pytest.raises(ModelLoadError, match="could not start the peer interpreter"):
+        ChildPeer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
+                  threads=1, python=str(tiny_model_dir / "no-such-python"))
+
+
+def test_worker_protocol_errors() -> None:
+    requests = [{"op": "score", "pairs": [["q", "d"]]}, {"op": "load", "kind": "onnx"},
+                {"op": "fly"}]
+    completed = subprocess.run(
+        [sys.executable, "-I", peer_worker.__file__],
+        input="\n".join(json.dumps(request) for request in requests) + "\nnot json\n",
+        capture_output=True, text=True, timeout=60, check=True)
+    replies = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert [(reply["ok"], reply["error"]) for reply in replies] == [(False, "bad_request")] * 4
+    assert replies[1]["message"] == (
+        "kind must be one of torch, openvino, openvino_int8, got 'onnx'")
+
+
+def test_fidelity_on_constructed_rankings() -> None:
+    reference = [np.arange(12.0), np.arange(5.0)]
+    assert fidelity(reference, reference) == {"queries": 2, "spearman": 1.0,
+                                              "top10_overlap": 1.0, "top10_overlap_min": 1.0}
+    # first query reversed: Spearman -1 and 8 of its top 10 kept (12 candidates); second intact
+    result = fidelity(reference, [-reference[0], reference[1]])
+    assert result["spearman"] == pytest.approx(0.0)
+    assert result["top10_overlap"] == pytest.approx((8 / 10 + 1.0) / 2)
+    assert result["top10_overlap_min"] == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="same number"):
+        fidelity(reference, reference[:1])
+
+
+def _ratio(low: float | None, median: float, high: float | None) -> dict[str, float | None]:
+    return {"ci_low": low, "median": median, "ci_high": high, "n": 6 if low else 2}
+
+
+@pytest.mark.parametrize(("ratio", "engine", "verdict", "faster", "faithful"), [
+    (_ratio(1.05, 1.10, 1.20), (0.990, 0.95), "yes", True, True),
+    # interval touching 1: not known to be faster
+    (_ratio(0.98, 1.10, 1.20), (0.990, 0.95), "no", False, True),
+    # too few queries for an interval
+    (_ratio(None, 3.00, None), (0.990, 0.95), "no", False, True),
+    (None, (0.990, 0.95), "no", False, True),
+    # within the tolerances below the peer: still no lower fidelity
+    (_ratio(1.05, 1.10, 1.20), (0.991 - FIDELITY_TOLERANCES["spearman"],
+                                0.95 - FIDELITY_TOLERANCES["top10_overlap"]), "yes", True, True),
+    # past a tolerance: lower fidelity
+    (_ratio(1.05, 1.10, 1.20), (0.985, 0.95), "no", True, False),
+    (_ratio(1.05, 1.10, 1.20), (0.990, 0.90), "no", True, False),
+])
+def test_pareto_verdict(ratio: dict[str, float | None] | None, engine: tuple[float, float],
+                        verdict: str, faster: bool, faithful: bool) -> None:
+    peer = {"spearman": 0.991, "top10_overlap": 0.95}
+    result = pareto_verdict(ratio, {"spearman": engine[0], "top10_overlap": engine[1]}, peer)
+    assert (result["verdict"], result["faster"], result["no_lower_fidelity"]) == (
+        verdict, faster, faithful), result["why"]
+
+
+def _peers_result(verdicts: dict[str, str]) -> ScenarioResult:
+    stats = {"p50_ms": 10.0}
+    fidelity_row = {"queries": 6, "spearman": 0.99, "top10_overlap": 0.95}
+    return ScenarioResult(
+        scenario="peers", regime="short", device="cpu",
+        contenders={name: {"label": name, "settings": {}, "stats": stats}
+                    for name in ("engine", "st", *verdicts)},
+        ratios={f"engine/{name}": {**_ratio(1.1, 1.2, 1.3), "n": 6} for name in verdicts},
+        skipped={"st_openvino": "skipped: not run: pass --peer-python PATH"},
+        fidelity={name: fidelity_row for name in ("engine", "st", *verdicts)},
+        pareto={name: {"verdict": verdict, "why": f"because {verdict}"}
+                for name, verdict in verdicts.items()})
+
+
+def test_pareto_budgets_hold_where_the_row_is_measured(tmp_path: Path) -> None:
+    path = tmp_path / "budgets.toml"
+    path.write_text('[calibration]\nreference_ms = 10.0\nmodel = "*"\n' + "".join(
+        f'[[cpu]]\nscenario = "peers"\npareto = "{name}"\n'
+        for name in ("ct2", "flashrank", "st_openvino")))
+    verdicts = check_budgets(load_budgets(path), _peers_result({"ct2": "yes", "flashrank": "no"}),
+                             model="tiny", scale=1.0, machine_class="amx")
+    assert [(v.budget.subject, v.measured_text(), v.verdict) for v in verdicts] == [
+        ("ct2", "yes", "ok"), ("flashrank", "no", "FAIL"),
+        ("st_openvino", "-", "not measured: skipped: not run: pass --peer-python PATH")]
+    assert re.search(r"peers/short flashrank pareto +cpu +any +no +>= yes +FAIL",
+                     verdict_table(verdicts))
+
+
+def test_shipped_pareto_budgets_are_for_the_promise_class() -> None:
+    pareto = {(b.subject, b.machine_classes) for b in load_budgets(DEFAULT_BUDGETS).budgets
+              if b.metric == "pareto"}
+    assert pareto == {(name, ("avx512_vnni_bf16",))
+                      for name in ("ct2", "st_openvino", "st_openvino_int8")}
+
+
+def test_report_peer_table() -> None:
+    lines = peer_section([_peers_result({"ct2": "yes"})])
+    table = "\n".join(lines)
+    assert "| short | engine: engine | 1 | 10.0 | 0.9900 | 0.950 | 6 | - | - |" in table
+    assert "| short | st: st | - | 10.0 | 0.9900 | 0.950 | 6 | - | reference |" in table
+    assert ("| short | ct2: ct2 | 1.20x [1.10-1.30] | 10.0 | 0.9900 | 0.950 | 6 | - | "
+            "**yes** (because yes) |") in table
+    assert ("| short | st_openvino: skipped: not run: pass --peer-python PATH |  |  |  |  |  |  | "
+            "not measured |") in table
+    assert peer_section([]) == []
+
+
+def test_the_harness_times_a_contender_by_its_own_timer(benchmark) -> None:
+    own = Contender(name="child", label="child", run=lambda item: None, timer=lambda: 7.0)
+    wall = Contender(name="engine", label="engine", run=lambda item: None)
+    timings = measure_interleaved(benchmark, [wall, own], [0, 1, 2], [1, 1, 1])
+    assert timings.seconds["child"] == [7.0, 7.0, 7.0]
+    assert all(0.0 <= seconds < 1.0 for seconds in timings.seconds["engine"])
