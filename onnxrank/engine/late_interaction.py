@@ -156,7 +156,7 @@ class LateInteractionReranker(Reranker):
         vectors, rows, batches = self._document_vectors(documents)
         document_vectors = dict(zip(documents, vectors))
         tokens = dict(zip(documents, (len(row.ids) for row in rows)))
-        scores = np.asarray([maxsim_many(query_vectors[query], [document_vectors[document]])[0]
+        scores = np.asarray([maxsim(query_vectors[query], document_vectors[document])
                              for query, document in pairs], dtype=np.float32)
         return ScoreRun(scores=scores,
                         token_counts=np.asarray([tokens[document] for _, document in pairs],
