@@ -134,6 +134,7 @@ def markdown_summary(run: dict[str, Any], results: Sequence[ScenarioResult],
               "measurements" + (": " + "; ".join(f"{r.scenario}/{r.regime}/{r.device}"
                                                  for r in capped) if capped else "") + "."]
     lines += peer_section(results)
+    lines += agreement_section(results)
     lines += ["", "## Budgets", ""]
     lines += _table(
         ["budget", "device", "machine class", "measured", "allowed", "verdict",
@@ -187,6 +188,24 @@ def peer_section(results: Sequence[ScenarioResult]) -> list[str]:
     lines += _table(["regime", "contender", "time vs engine", "p50 ms", "Spearman", "top-10",
                      "queries", "pipe ms", "engine faster at no lower fidelity"], rows)
     return lines
+
+
+def agreement_section(results: Sequence[ScenarioResult]) -> list[str]:
+    """The top-10 agreements a scenario recorded in its contenders' rows (the retrieval
+    cascade's: the cascade and late interaction against the cross-encoder alone)."""
+    rows = [[result.scenario, result.device, f"{name}: {contender['label']}", other,
+             _ms(contender["stats"]["p50_ms"]), f"{agreement['mean']:.2f}",
+             f"{agreement['min']:.2f}", str(agreement["queries"])]
+            for result in results if result.status == "measured"
+            for name, contender in result.contenders.items()
+            for other, agreement in contender.get("top10_agreement", {}).items()]
+    if not rows:
+        return []
+    return ["", "## Top-10 agreement", "",
+            "Per query, the share of a contender's top 10 that the other's top 10 also holds, "
+            "over the queries both ran.", "",
+            *_table(["scenario", "device", "contender", "against", "p50 ms", "mean", "min",
+                     "queries"], rows)]
 
 
 def interval_text(stats: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:

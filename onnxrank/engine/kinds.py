@@ -1,8 +1,10 @@
 """Every model kind, one table: the engine class that runs each ModelKind of a manifest.
 
 A manifest's kind is decided once (onnxrank.engine.spec.model_kind, from its task and whether it
-records a prompt recipe); this table names the class that runs it. Each class is a subclass of
-onnxrank.engine.model.EngineModel and says how its items become rows (`row_encoder`).
+records a prompt recipe); `KINDS` names the class that runs it. The table is the one of
+onnxrank.engine.model, filled by the kind classes as they are defined; importing this module
+runs the package face (onnxrank/engine/__init__.py) first, which imports every kind's module, so
+the table is complete here.
 """
 
 from __future__ import annotations
@@ -11,20 +13,12 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from onnxrank.engine.embedder import Embedder
-from onnxrank.engine.late_interaction import LateInteractionReranker
-from onnxrank.engine.model import EngineModel
+from onnxrank.engine.model import KINDS
 from onnxrank.engine.recipe import PromptRecipe
-from onnxrank.engine.reranker import DecoderReranker, Reranker
 from onnxrank.engine.rows import RowEncoder
-from onnxrank.engine.spec import ModelKind, model_kind
+from onnxrank.engine.spec import model_kind
 
-KINDS: dict[ModelKind, type[EngineModel[Any]]] = {
-    ModelKind.CROSS_ENCODER: Reranker,
-    ModelKind.DECODER_RERANKER: DecoderReranker,
-    ModelKind.EMBEDDER: Embedder,
-    ModelKind.LATE_INTERACTION: LateInteractionReranker,
-}
+__all__ = ["KINDS", "row_encoder"]
 
 
 def row_encoder(task: str, recipe: PromptRecipe | None, tokenizer: Tokenizer,

@@ -24,12 +24,13 @@ from tokenizers import Tokenizer
 from onnxrank.engine.backends.base import ModelRunner
 from onnxrank.engine.batching import Batch
 from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.deadline import DeadlineGate
 from onnxrank.engine.execution import FiniteCheck, RowPlan, RunFeeds, run_plan
 from onnxrank.engine.inputs import check_documents, check_query
 from onnxrank.engine.late_rows import LateInteractionEncoder, LateInteractionSettings
 from onnxrank.engine.maxsim import maxsim, maxsim_many
 from onnxrank.engine.recipe import PromptRecipe
-from onnxrank.engine.reranker import Reranker, ScoreRun, _DeadlineGate
+from onnxrank.engine.reranker import Reranker, ScoreRun
 from onnxrank.engine.rows import EncodedRow, RowEncoder
 from onnxrank.engine.runtime import LoadedModel
 from onnxrank.engine.spec import ModelKind, ModelSpec
@@ -46,8 +47,10 @@ class LateInteractionReranker(Reranker):
     MultiVectorEncoder or a Stanford ColBERT checkpoint.
 
     Beyond the Reranker's API: `encode_queries` and `encode_documents` give each text's kept
-    token vectors (documents can be encoded once, at index time), and `score_vectors` scores a
-    query against stored document vectors without running the document side again.
+    token vectors (documents can be encoded once, at index time; `encode_documents_until` under
+    a deadline), and `score_vectors` scores a query against stored document vectors without
+    running the document side again. A repeated document runs once, and with ``cache_size`` a
+    (query, document) pair scored before is read from the score cache, as for cross-encoders.
 
     Example:
         >>> model = Reranker.from_dir("models/colbert", device="cpu")  # doctest: +SKIP
@@ -147,51 +150,92 @@ class LateInteractionReranker(Reranker):
                                  f"got shape {vectors.shape}")
         return maxsim_many(self._query_vectors([query])[0], document_vectors)
 
+    def encode_documents_until(self, documents: Sequence[str],
+                               deadline_ms: float) -> list[Vectors | None]:
+        """`encode_documents` in input order, batch by batch, until `deadline_ms` is spent
+        (overshooting by at most one batch); a document not encoded in time is None.
+
+        Raises:
+            TypeError, InferenceError: As for encode_documents.
+        """
+        vectors: list[Vectors | None] = [None] * len(documents)
+        for _, row, kept in self._documents_until(check_documents(documents),
+                                                  DeadlineGate.after(deadline_ms)):
+            vectors[row.item_index] = kept
+        return vectors
+
     def _score_pairs(self, pairs: Sequence[Pair], instruction: str | None) -> ScoreRun:
-        """Each distinct query and document encoded once, each pair scored by MaxSim."""
+        """Each distinct query and document encoded once, each distinct pair scored once by
+        MaxSim; with the score cache, a pair scored before is not encoded again."""
         started = time.perf_counter()
-        queries = list(dict.fromkeys(query for query, _ in pairs))
-        documents = list(dict.fromkeys(document for _, document in pairs))
-        query_vectors = dict(zip(queries, self._query_vectors(queries)))
+        scores = np.zeros(len(pairs), dtype=np.float32)
+        tokens = np.zeros(len(pairs), dtype=np.int64)
+        keys: list[str] = []
+        hits: dict[int, float] = {}
+        if self._cache is not None:
+            keys = [self._cache.key(query, document) for query, document in pairs]
+            hits = {index: entry[0] for index, key in enumerate(keys)
+                    if (entry := self._cache.get(key)) is not None}
+        todo = [index for index in range(len(pairs)) if index not in hits]
+        queries = list(dict.fromkeys(pairs[index][0] for index in todo))
+        documents = list(dict.fromkeys(pairs[index][1] for index in todo))
         vectors, rows, batches = self._document_vectors(documents)
-        document_vectors = dict(zip(documents, vectors))
-        tokens = dict(zip(documents, (len(row.ids) for row in rows)))
-        scores = np.asarray([maxsim(query_vectors[query], document_vectors[document])
-                             for query, document in pairs], dtype=np.float32)
-        return ScoreRun(scores=scores,
-                        token_counts=np.asarray([tokens[document] for _, document in pairs],
-                                                dtype=np.int64),
+        ran = {document: (kept, len(row.ids)) for document, kept, row in zip(documents, vectors, rows)}
+        fresh = _pair_scores([pairs[index] for index in todo],
+                             dict(zip(queries, self._query_vectors(queries))), ran)
+        for index, (query, document) in enumerate(pairs):
+            if index in hits:
+                scores[index] = hits[index]
+                continue
+            scores[index], tokens[index] = fresh[(query, document)], ran[document][1]
+            if self._cache is not None:
+                self._cache.put(keys[index], (float(scores[index]), None))
+        return ScoreRun(scores=scores, token_counts=tokens,
                         inference_ms=(time.perf_counter() - started) * 1000, batches=batches,
                         spans=[None] * len(pairs))
 
     def _score_until(self, pairs: Sequence[Pair], deadline_ms: float,
                      instruction: str | None) -> tuple[ScoreRun, np.ndarray]:
-        """The queries, then the documents in input order batch by batch until the deadline
-        (a pair is scored once its document ran); also returns which pairs were scored."""
+        """The queries, then each distinct document in input order batch by batch until the
+        deadline (a pair is scored once its document ran; a repeated document runs once and a
+        repeated pair is scored once); also returns which pairs were scored."""
         started = time.perf_counter()
-        gate = _DeadlineGate(started + deadline_ms / 1000.0)
+        gate = DeadlineGate.after(deadline_ms)
         queries = list(dict.fromkeys(query for query, _ in pairs))
         query_vectors = dict(zip(queries, self._query_vectors(queries)))
-        rows = self._late.encode_documents([document for _, document in pairs])
-        plan = self._plan(rows, sort_by_length=False)
-        scores = np.full(len(pairs), -np.inf, dtype=np.float32)
-        scored = np.zeros(len(pairs), dtype=bool)
+        documents = list(dict.fromkeys(document for _, document in pairs))
+        ran: dict[str, tuple[Vectors, int]] = {}
         batches: list[tuple[int, int]] = []
         current: Batch | None = None
-        for batch, index, vectors in kept_rows(plan, self._runner.run, self._late.document_keep,
+        for batch, row, vectors in self._documents_until(documents, gate):
+            if batch is not current:
+                batches.append((len(batch.rows), batch.padded_length))
+                current = batch
+            ran[documents[row.item_index]] = (vectors, len(row.ids))
+        fresh = _pair_scores(pairs, query_vectors, ran)
+        scored = np.asarray([pair in fresh for pair in pairs], dtype=bool)
+        return ScoreRun(scores=np.asarray([fresh.get(pair, -np.inf) for pair in pairs],
+                                          dtype=np.float32),
+                        token_counts=np.asarray([ran[document][1] if document in ran else 0
+                                                 for _, document in pairs], dtype=np.int64),
+                        inference_ms=(time.perf_counter() - started) * 1000,
+                        batches=batches,
+                        spans=[None] * len(pairs)), scored
+
+    def _documents_until(self, documents: list[str], gate: DeadlineGate,
+                         ) -> Iterator[tuple[Batch, EncodedRow, Vectors]]:
+        """Each document's row and kept vectors, in input order batch by batch while `gate`
+        lets batches through."""
+        rows = self._late.encode_documents(documents)
+        current: Batch | None = None
+        for batch, index, vectors in kept_rows(self._plan(rows, sort_by_length=False),
+                                               self._runner.run, self._late.document_keep,
                                                finite=self._finite,
                                                stop_before=gate.stop_before):
             if batch is not current:  # its first row: the batch has just run
                 gate.ran(batch)
-                batches.append((len(batch.rows), batch.padded_length))
                 current = batch
-            scores[index] = maxsim(query_vectors[pairs[index][0]], vectors)
-            scored[index] = True
-        return ScoreRun(scores=scores,
-                        token_counts=np.asarray([len(row.ids) for row in rows], dtype=np.int64),
-                        inference_ms=(time.perf_counter() - started) * 1000,
-                        batches=batches,
-                        spans=[None] * len(pairs)), scored
+            yield batch, rows[index], vectors
 
     def _query_vectors(self, queries: list[str]) -> list[Vectors]:
         """Query vectors, run in batches of the engine's settings (with query expansion, every
@@ -257,6 +301,13 @@ def token_vectors(plan: RowPlan, run: RunFeeds, keep: Keep, dim: int, *,
     for _, index, kept in kept_rows(plan, run, keep, finite=finite):
         vectors[index] = kept
     return vectors
+
+
+def _pair_scores(pairs: Sequence[Pair], query_vectors: dict[str, Vectors],
+                 documents: dict[str, tuple[Vectors, int]]) -> dict[Pair, float]:
+    """MaxSim of each distinct pair whose document is in `documents` (vectors, tokens)."""
+    return {(query, document): maxsim(query_vectors[query], documents[document][0])
+            for query, document in dict.fromkeys(pairs) if document in documents}
 
 
 def _settings(spec: ModelSpec) -> LateInteractionSettings:

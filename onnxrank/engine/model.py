@@ -1,19 +1,24 @@
 """The base of every model kind: a loaded manifest, its runner and its row encoder.
 
-A kind (onnxrank.engine.kinds) is a subclass that says which manifests it runs
-(`kind`, a ModelKind), how its items become rows (`row_encoder`), what the runtime probe times
-(`probe_items`) and what it checks once loaded (`_checked`). Loading is shared: `from_dir`
-reads the manifest, picks the kind's class once from ``ModelSpec.kind`` (the table of
-onnxrank.engine.kinds), and loads the files
-through onnxrank.engine.runtime.
+A kind is a subclass that says which manifests it runs (`kind`, a ModelKind), how its items
+become rows (`row_encoder`), what the runtime probe times (`probe_items`) and what it checks once
+loaded (`_checked`). Loading is shared: `from_dir` reads the manifest, picks the kind's class once
+from ``ModelSpec.kind`` in `KINDS`, and loads the files through onnxrank.engine.runtime.
+
+`KINDS` is filled by the kind classes themselves: a class that declares its own `kind` records
+itself when it is defined (`EngineModel.__init_subclass__`). The package face
+(onnxrank/engine/__init__.py) imports every kind's module, and importing any module of the
+package runs it first, so the table is complete before any `from_dir` reads it; this module
+imports no kind, and no import runs back up to it.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from tokenizers import Tokenizer
@@ -35,6 +40,10 @@ from onnxrank.errors import ModelLoadError
 
 Item = TypeVar("Item")
 Model = TypeVar("Model", bound="EngineModel[Any]")
+
+# ModelKind -> the class that runs it, one each; written only by EngineModel.__init_subclass__
+_KIND_CLASSES: dict[ModelKind, type[EngineModel[Any]]] = {}
+KINDS: Mapping[ModelKind, type[EngineModel[Any]]] = MappingProxyType(_KIND_CLASSES)
 
 
 class EngineModel(ABC, Generic[Item]):
@@ -63,6 +72,23 @@ class EngineModel(ABC, Generic[Item]):
         self._encoder = encoder
         self._tokenizer = tokenizer
         self._finite = FiniteCheck(runner.info.model_file, self.output_noun, self.item_noun)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Record a class that declares its own `kind` as the one that runs that kind; a
+        subclass that keeps (or repeats) its parent's kind is a user's variant, not recorded.
+
+        Raises:
+            TypeError: Another class, not a base of this one, already runs its kind.
+        """
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("kind")
+        if kind is None:
+            return
+        known = _KIND_CLASSES.setdefault(kind, cls)
+        if not issubclass(cls, known):
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__} declares kind={kind.name}, which "
+                            f"{known.__module__}.{known.__qualname__} runs already; a model kind "
+                            "is run by one class")
 
     @classmethod
     def from_dir(cls: type[Model], path: str | Path, config: EngineConfig | None = None,
@@ -93,9 +119,6 @@ class EngineModel(ABC, Generic[Item]):
         config = (config or EngineConfig()).with_overrides(**overrides)
         model_dir = Path(path)
         spec = load_model_spec(model_dir)
-        # the table imports every kind's module, this one among them
-        from onnxrank.engine.kinds import KINDS
-
         kind = KINDS.get(spec.kind)
         if kind is not None and issubclass(cls, kind) and cls.kind is spec.kind:
             kind = cls  # a user's subclass of the kind's class runs as itself

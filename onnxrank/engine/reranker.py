@@ -17,6 +17,7 @@ from onnxrank.engine.backends.base import ModelRunner
 from onnxrank.engine.batching import Batch, plan_engine_batches
 from onnxrank.engine.cache import ScoreCache
 from onnxrank.engine.config import EngineConfig
+from onnxrank.engine.deadline import DeadlineGate
 from onnxrank.engine.execution import Feeds, RowPlan, batch_feeds, run_plan
 from onnxrank.engine.inputs import check_documents, check_pairs, check_query, check_rank_options
 from onnxrank.engine.model import EngineModel
@@ -330,15 +331,13 @@ class Reranker(EngineModel[Pair]):
     def _score_until(self, pairs: Sequence[Pair], deadline_ms: float,
                      instruction: str | None) -> tuple[ScoreRun, np.ndarray]:
         """Score in input order until the deadline; also returns which pairs got every row scored."""
-        started = time.perf_counter()
-        deadline = started + deadline_ms / 1000.0
+        gate = DeadlineGate.after(deadline_ms)
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
                        token_counts=np.zeros(len(pairs), dtype=np.int64),
                        spans=[None] * len(pairs))
         rows = self._encode(pairs, instruction)
         rows_done = np.zeros(len(pairs), dtype=np.int64)
         rows_total = np.bincount([row.item_index for row in rows], minlength=len(pairs))
-        gate = _DeadlineGate(deadline)
         everything = list(range(len(pairs)))
         for batch, outputs in run_plan(self._pair_plan(rows, pairs, sort_by_length=False),
                                        self._run, finite=self._finite,
@@ -484,27 +483,4 @@ class DecoderReranker(Reranker):
         if self._prefix_graph is None:
             return self._runner.run
         return run_with_prefix(self._prefix_graph.plan_run(), self._runner.run)
-
-
-class _DeadlineGate:
-    """Stops a run before the batch that would end after the deadline.
-
-    A batch is predicted from the slowest speed (seconds per padded token) of the batches so far,
-    which keeps the overshoot within one batch.
-    """
-
-    def __init__(self, deadline: float) -> None:
-        self._deadline = deadline
-        self._seconds_per_token = 0.0
-        self._started = 0.0
-
-    def stop_before(self, batch: Batch) -> bool:
-        now = time.perf_counter()
-        self._started = now
-        return (now >= self._deadline
-                or now + self._seconds_per_token * batch.tokens > self._deadline)
-
-    def ran(self, batch: Batch) -> None:
-        self._seconds_per_token = max(self._seconds_per_token,
-                                      (time.perf_counter() - self._started) / batch.tokens)
 

@@ -1,7 +1,9 @@
 """What every export stage after the reference reads: one frozen ExportContext, built once.
 
 The stages (onnxrank.export.pipeline, onnxrank.export.variants) receive it as an argument and
-return what they made (a BuiltVariant) instead of writing into shared dictionaries.
+return what they made (a BuiltVariant) instead of writing into shared dictionaries. The names
+of the work directory's files and the manifest's package versions, which every export route
+(onnxrank.export.pipeline.EXPORT_ROUTES) writes alike, are here too.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +29,13 @@ if TYPE_CHECKING:
     from onnxrank.export.validate import ValidationInputs
 
 logger = logging.getLogger(__name__)
+
+TOKENIZER_FILE = "tokenizer.json"
+# where variants are built inside the work directory before the kept ones move up
+SCRATCH_DIR = ".scratch"
+# the packages whose versions a manifest records
+VERSIONED_PACKAGES = ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
+                      "sentence-transformers", "tokenizers", "openvino", "nncf")
 
 
 class Progress:
@@ -132,3 +142,15 @@ def first_line(err: BaseException) -> str:
     """An exception as one line for a failed_variants entry: its type and first message line."""
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
+def package_versions() -> dict[str, str]:
+    """The manifest's ``versions``: each of VERSIONED_PACKAGES' installed version, or
+    ``not installed``."""
+    versions = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions

@@ -1,34 +1,25 @@
 """Export of a late-interaction (ColBERT) checkpoint: the token-vector graph, gated on MaxSim.
 
-Two layouts are read, each once, into the manifest's ``late_interaction`` settings
-(onnxrank.engine.late_rows.LateInteractionSettings) and the list of projections:
-
-1. PyLate / sentence-transformers: ``modules.json`` with the Transformer and one or more
-   ``Dense`` modules (``1_Dense/``: config.json and ``linear.weight``), and
-   ``config_sentence_transformers.json`` with ``query_prefix``, ``document_prefix``,
-   ``query_length``, ``document_length``, ``attend_to_expansion_tokens``,
-   ``do_query_expansion`` and ``skiplist_words`` (PyLate's defaults where a key is absent).
-2. Stanford ``HF_ColBERT``: ``linear.weight`` beside the encoder weights and
-   ``artifact.metadata`` (``query_token_id``, ``doc_token_id``, ``query_maxlen``, ``doc_maxlen``,
-   ``attend_to_mask_tokens``, ``mask_punctuation``); queries are always expanded.
+The checkpoint's layout (sentence-transformers 6, PyLate or Stanford ColBERT) is read once by
+onnxrank.export.colbert_checkpoint into the manifest's ``late_interaction`` settings
+(onnxrank.engine.late_rows.LateInteractionSettings) and the list of projections.
 
 The graph is transformer -> projections -> L2 normalisation, output ``token_vectors``
 [batch, sequence, dim]. Its gate is the pipeline's score gate (FidelityThresholds.score_checks)
 on the MaxSim scores of the shipped validation pairs against the same stack run in PyTorch, every
 query and document encoded as the engine encodes it; int8 is the request's recipes tried in order
 under the int8 gate (static recipes need calibration batches and are skipped), a miss recorded in
-``failed_variants``. Other variants are recorded as not applicable.
+``failed_variants``. Other variants are recorded as not applicable. Each built variant's file
+also gets the record of every bf16 run the engine makes of it (OpenVINO bf16 on model.onnx, as a
+cross-encoder's), under the same MaxSim gate.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import string
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,15 +28,17 @@ import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.engine.late_interaction import query_plan, token_vectors
-from onnxrank.engine.late_rows import LateInteractionEncoder, LateInteractionSettings
+from onnxrank.engine.late_rows import LateInteractionEncoder
 from onnxrank.engine.maxsim import maxsim
 from onnxrank.engine.runtime import open_model_file
-from onnxrank.engine.spec import ModelSpec, Task, VariantSpec, sha256_file, write_manifest
-from onnxrank.engine.variants import VARIANTS
-from onnxrank.errors import ExportError, FidelityError
-from onnxrank.export.context import first_line
+from onnxrank.engine.spec import ModelSpec, VariantSpec, sha256_file, write_manifest
+from onnxrank.engine.variants import VARIANTS, RunAs
+from onnxrank.errors import ExportError, FidelityError, ModelLoadError
+from onnxrank.export.colbert_checkpoint import TASK, Projection, read_layout, row_settings
+from onnxrank.export.context import SCRATCH_DIR, TOKENIZER_FILE, first_line, package_versions
 from onnxrank.export.families import family_for
 from onnxrank.export.fidelity import score_metrics
+from onnxrank.export.gate import threshold_text
 from onnxrank.export.onnx import export_module
 from onnxrank.export.quantize import distinct_recipes, quantize_int8
 from onnxrank.export.standin import STANDIN_MARKER
@@ -62,258 +55,19 @@ if TYPE_CHECKING:
     import torch
 
     from onnxrank.export.context import Progress
-    from onnxrank.export.pipeline import ExportRequest
+    from onnxrank.export.request import ExportRequest
     from onnxrank.export.source import ModelSource
 
 logger = logging.getLogger(__name__)
 
-TASK: Task = "late_interaction"
 OUTPUT_NAME = "token_vectors"
 # the variants this export builds; the others asked for are recorded as not applicable
 BUILT_VARIANTS = ("fp32", "int8")
-# PyLate's defaults for keys a config_sentence_transformers.json leaves out
-PYLATE_DEFAULTS: dict[str, Any] = {
-    "query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 32,
-    "document_length": 180, "attend_to_expansion_tokens": False, "do_query_expansion": True,
-    "skiplist_words": list(string.punctuation)}
-# Stanford ColBERT's defaults for keys an artifact.metadata leaves out (ColBERTConfig)
-STANFORD_DEFAULTS: dict[str, Any] = {
-    "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 32,
-    "doc_maxlen": 180, "attend_to_mask_tokens": False, "mask_punctuation": True}
-IDENTITY_ACTIVATIONS = ("torch.nn.modules.linear.Identity", "torch.nn.Identity")
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 RUN_BATCH = 16
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
-
-
-@dataclass(frozen=True, slots=True)
-class Projection:
-    """One Dense module: weight [out, in] and optional bias [out]."""
-
-    weight: np.ndarray
-    bias: np.ndarray | None
-
-
-@dataclass(frozen=True, slots=True)
-class ColbertLayout:
-    """A late-interaction checkpoint as read: its layout, where the transformer is, its
-    projections, and its row settings by name (prefixes and skiplist still as text)."""
-
-    name: str
-    transformer_dir: Path
-    projections: tuple[Projection, ...]
-    query_prefix: str
-    document_prefix: str
-    query_length: int
-    document_length: int
-    query_expansion: bool
-    attend_to_expansion_tokens: bool
-    skiplist_words: tuple[str, ...]
-
-
-def is_late_interaction(directory: Path) -> bool:
-    """Whether a checkpoint directory is a late-interaction one: a PyLate-style
-    ``config_sentence_transformers.json`` naming query/document prefixes or lengths beside
-    ``modules.json``, or a config.json whose architectures name ``HF_ColBERT``."""
-    return _layout_name(Path(directory)) is not None
-
-
-def _layout_name(directory: Path) -> str | None:
-    st_config = _read_json(directory / "config_sentence_transformers.json", missing={})
-    if (directory / "modules.json").is_file() and isinstance(st_config, dict) and any(
-            key in st_config for key in ("query_prefix", "document_prefix", "query_length",
-                                         "document_length", "do_query_expansion")):
-        return "pylate"
-    config = _read_json(directory / "config.json", missing={})
-    if isinstance(config, dict) and "HF_ColBERT" in (config.get("architectures") or []):
-        return "stanford"
-    return None
-
-
-def _read_json(path: Path, *, missing: Any) -> Any:
-    if not path.is_file():
-        return missing
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ExportError(f"could not read {path.name} in {path.parent}: {err}") from err
-
-
-def read_layout(directory: Path) -> ColbertLayout:
-    """Read a late-interaction checkpoint's settings and projections.
-
-    Raises:
-        ExportError: Not a late-interaction layout, or a malformed setting or module (the
-            message names the file, the key and what it must be).
-    """
-    directory = Path(directory)
-    name = _layout_name(directory)
-    if name == "pylate":
-        return _read_pylate(directory)
-    if name == "stanford":
-        return _read_stanford(directory)
-    raise ExportError(f"{directory} is no late-interaction checkpoint: it needs modules.json with "
-                      "config_sentence_transformers.json (PyLate) or config.json with "
-                      "architectures ['HF_ColBERT'] (Stanford ColBERT)")
-
-
-def _checked_settings(values: dict[str, Any], where: Path, names: dict[str, str]) -> dict[str, Any]:
-    """The settings as (name -> value) with their types checked; `names` maps our names to the
-    file's keys (for the messages)."""
-    checks: dict[str, tuple[type, str]] = {
-        "query_prefix": (str, "a str"), "document_prefix": (str, "a str"),
-        "query_length": (int, "an int >= 4"), "document_length": (int, "an int >= 4"),
-        "query_expansion": (bool, "true or false"),
-        "attend_to_expansion_tokens": (bool, "true or false")}
-    for key, (kind, wanted) in checks.items():
-        value = values[key]
-        bad = not isinstance(value, kind) or (
-            kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 4))
-        if bad:
-            raise ExportError(f"malformed late-interaction config {where}: {names[key]} must be "
-                              f"{wanted}, got {value!r}")
-    skiplist = values["skiplist_words"]
-    if not isinstance(skiplist, list) or not all(isinstance(word, str) for word in skiplist):
-        raise ExportError(f"malformed late-interaction config {where}: {names['skiplist_words']} "
-                          f"must be a list of str, got {skiplist!r:.80}")
-    return values
-
-
-def _read_pylate(directory: Path) -> ColbertLayout:
-    config_path = directory / "config_sentence_transformers.json"
-    config = _read_json(config_path, missing={})
-    if not isinstance(config, dict):
-        raise ExportError(f"malformed late-interaction config {config_path}: not a JSON object")
-    values = {**PYLATE_DEFAULTS, **{key: config[key] for key in PYLATE_DEFAULTS if key in config}}
-    values["query_expansion"] = values.pop("do_query_expansion")
-    keys = {key: key for key in PYLATE_DEFAULTS} | {"query_expansion": "do_query_expansion"}
-    settings = _checked_settings(values, config_path, keys)
-    modules = _read_json(directory / "modules.json", missing=[])
-    if not isinstance(modules, list) or not modules:
-        raise ExportError(f"malformed modules.json in {directory}: a non-empty list of modules")
-    projections = []
-    for module in modules[1:]:
-        kind = str(module.get("type", ""))
-        if kind.rsplit(".", 1)[-1] != "Dense":
-            continue  # Normalize, MultiVectorMask: the graph always normalises and masks
-        projections.append(_read_dense(directory / str(module.get("path", ""))))
-    if not projections:
-        raise ExportError(f"{directory}'s modules.json lists no Dense module after the "
-                          "Transformer; a late-interaction checkpoint projects its token vectors")
-    return ColbertLayout("pylate", directory / str(modules[0].get("path", "")),
-                         tuple(projections), settings["query_prefix"],
-                         settings["document_prefix"], settings["query_length"],
-                         settings["document_length"], settings["query_expansion"],
-                         settings["attend_to_expansion_tokens"],
-                         tuple(settings["skiplist_words"]))
-
-
-def _read_dense(directory: Path) -> Projection:
-    config = _read_json(directory / "config.json", missing=None)
-    if not isinstance(config, dict):
-        raise ExportError(f"could not find the Dense module's config.json in {directory}")
-    activation = config.get("activation_function", IDENTITY_ACTIVATIONS[0])
-    if activation not in IDENTITY_ACTIVATIONS:
-        raise ExportError(f"the Dense module in {directory} has activation {activation!r}; "
-                          "late-interaction projections are exported without one (Identity)")
-    weights = _read_weights(directory)
-    if "linear.weight" not in weights:
-        raise ExportError(f"the Dense module in {directory} has no linear.weight "
-                          f"(found {', '.join(sorted(weights)) or 'nothing'})")
-    bias = weights.get("linear.bias") if config.get("bias", False) else None
-    return Projection(weights["linear.weight"], bias)
-
-
-def _read_weights(directory: Path) -> dict[str, np.ndarray]:
-    """The tensors of a module's weight file (safetensors, else a torch pickle) as float32."""
-    for file_name in WEIGHT_FILES:
-        path = directory / file_name
-        if not path.is_file():
-            continue
-        if file_name.endswith(".safetensors"):
-            safetensors = require("safetensors.numpy", extra="export")
-            return {name: np.asarray(value, dtype=np.float32)
-                    for name, value in safetensors.load_file(str(path)).items()}
-        torch = require("torch", extra="export")
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-        return {name: value.float().numpy() for name, value in state.items()}
-    raise ExportError(f"could not find {' or '.join(WEIGHT_FILES)} in {directory}")
-
-
-def _read_stanford(directory: Path) -> ColbertLayout:
-    metadata_path = directory / "artifact.metadata"
-    metadata = _read_json(metadata_path, missing={})
-    if not isinstance(metadata, dict):
-        raise ExportError(f"malformed late-interaction config {metadata_path}: not a JSON object")
-    values = {**STANFORD_DEFAULTS,
-              **{key: metadata[key] for key in STANFORD_DEFAULTS if key in metadata}}
-    mask_punctuation = values["mask_punctuation"]
-    if not isinstance(mask_punctuation, bool):
-        raise ExportError(f"malformed late-interaction config {metadata_path}: mask_punctuation "
-                          f"must be true or false, got {mask_punctuation!r}")
-    settings = _checked_settings({
-        "query_prefix": values["query_token_id"], "document_prefix": values["doc_token_id"],
-        "query_length": values["query_maxlen"], "document_length": values["doc_maxlen"],
-        "query_expansion": True, "attend_to_expansion_tokens": values["attend_to_mask_tokens"],
-        "skiplist_words": list(string.punctuation) if mask_punctuation else []},
-        metadata_path, {"query_prefix": "query_token_id", "document_prefix": "doc_token_id",
-                        "query_length": "query_maxlen", "document_length": "doc_maxlen",
-                        "query_expansion": "(always on)",
-                        "attend_to_expansion_tokens": "attend_to_mask_tokens",
-                        "skiplist_words": "mask_punctuation"})
-    weights = _read_weights(directory)
-    if "linear.weight" not in weights:
-        raise ExportError(f"{directory} is an HF_ColBERT checkpoint without linear.weight")
-    return ColbertLayout("stanford", directory, (Projection(weights["linear.weight"], None),),
-                         settings["query_prefix"], settings["document_prefix"],
-                         settings["query_length"], settings["document_length"], True,
-                         settings["attend_to_expansion_tokens"], tuple(settings["skiplist_words"]))
-
-
-def _token_id(tokenizer: Any, marker: str, what: str, directory: Path) -> int:
-    """The vocabulary id of a marker ("[unused0]", or an added "[Q] " token), tried as written
-    and without its surrounding spaces."""
-    for candidate in dict.fromkeys((marker, marker.strip())):
-        token_id = tokenizer.convert_tokens_to_ids(candidate)
-        if token_id is not None and token_id != tokenizer.unk_token_id:
-            return int(token_id)
-    raise ExportError(f"the {what} {marker!r} of {directory} is not one token of its tokenizer; "
-                      "a late-interaction marker must be in the vocabulary or an added token")
-
-
-def row_settings(layout: ColbertLayout, tokenizer: Any, max_positions: int,
-                 dim: int) -> LateInteractionSettings:
-    """The manifest's settings: markers and skiplist as vocabulary ids (exact token lookup; a
-    skiplist word that is no single token is dropped, as sentence-transformers does).
-
-    Raises:
-        ExportError: A marker is no token, no expansion token with query expansion on, or a
-            length beyond the position embeddings.
-    """
-    directory = layout.transformer_dir
-    for name, length in (("query_length", layout.query_length),
-                         ("document_length", layout.document_length)):
-        if length > max_positions:
-            raise ExportError(f"{name}={length} of {directory} exceeds the model's "
-                              f"{max_positions} position embeddings")
-    expansion_id = tokenizer.mask_token_id
-    if expansion_id is None:
-        expansion_id = tokenizer.eos_token_id
-    if expansion_id is None and layout.query_expansion:
-        raise ExportError(f"{directory}'s tokenizer has neither a mask nor an eos token to expand "
-                          "queries with; set do_query_expansion to false")
-    skiplist = sorted({int(token_id) for token_id in
-                       (tokenizer.convert_tokens_to_ids(word) for word in layout.skiplist_words)
-                       if token_id is not None and token_id != tokenizer.unk_token_id})
-    return LateInteractionSettings(
-        query_prefix_id=_token_id(tokenizer, layout.query_prefix, "query prefix", directory),
-        document_prefix_id=_token_id(tokenizer, layout.document_prefix, "document prefix",
-                                     directory),
-        query_length=layout.query_length, document_length=layout.document_length,
-        query_expansion=layout.query_expansion,
-        attend_to_expansion_tokens=layout.attend_to_expansion_tokens,
-        expansion_token_id=int(expansion_id if expansion_id is not None else 0),
-        skiplist_ids=tuple(skiplist), dim=dim)
+# a file's fidelity (metrics, threshold misses) judged as a variant or a fidelity key, run as
+# the RunAs (None: onnxruntime fp32)
+Gate = Callable[[Path, str, "RunAs | None"], tuple[dict[str, Any], list[str]]]
 
 
 def token_vector_graph(model: Any, projections: Sequence[Projection],
@@ -373,8 +127,6 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
         ExportError: Not loadable, malformed settings, or the graph could not be exported.
         FidelityError: fp32 missed its gate.
     """
-    from onnxrank.export.pipeline import SCRATCH_DIR, TOKENIZER_FILE, _versions
-
     transformers = require("transformers", extra="export")
     torch = require("torch", extra="export")
     tokenizers = require("tokenizers", extra="export")
@@ -422,13 +174,15 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
 
     reference = pair_scores(run_reference, encoder, pairs, pad_id)
 
-    def gate(path: Path, variant: str) -> tuple[dict[str, Any], list[str]]:
-        runner = open_model_file(path)
+    def gate(path: Path, variant: str, run: RunAs | None) -> tuple[dict[str, Any], list[str]]:
+        runner = open_model_file(path) if run is None else open_model_file(
+            path, backend=run.backend, precision=run.precision)
         scores = pair_scores(runner.run, encoder, pairs, pad_id)
-        return _fidelity(request, variant, reference, scores, validation)
+        fidelity, failures = _fidelity(request, variant, reference, scores, validation)
+        return {**fidelity, "validated_on": f"{runner.info.backend} {runner.info.provider}"}, failures
 
     progress.step("validate fp32")
-    fidelity, failures = gate(fp32_path, "fp32")
+    fidelity, failures = gate(fp32_path, "fp32", None)
     if failures:
         raise FidelityError("the fp32 token-vector graph failed validation against the PyTorch "
                             f"reference: {'; '.join(failures)}. Nothing was written")
@@ -446,6 +200,9 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
             logger.warning("variant int8 left out: %s", outcome["reason"])
         else:
             built["int8"] = (outcome["fidelity"], outcome["quantization"])
+    for variant, (variant_fidelity, _) in built.items():
+        variant_fidelity.update(_bf16_records(variant, scratch / VARIANTS[variant].file, gate,
+                                              request, progress))
     progress.step("manifest")
     variants = {}
     for variant in (variant for variant in request.variants if variant in built):
@@ -473,7 +230,7 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
         tokenizer_file=TOKENIZER_FILE,
         tokenizer_sha256=sha256_file(work_dir / TOKENIZER_FILE),
         tokenizer_files=tokenizer_files, vocab_size=int(config.vocab_size),
-        pad_token_id=pad_id, variants=variants, versions=_versions(),
+        pad_token_id=pad_id, variants=variants, versions=package_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model_config={key: getattr(config, key, None) for key in
                       ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -505,8 +262,35 @@ def _fidelity(request: ExportRequest, variant: str, reference: np.ndarray, score
     return fidelity, threshold_failures(RERANK, variant, fidelity, request.thresholds)
 
 
+def _bf16_records(variant: str, path: Path, gate: Gate, request: ExportRequest,
+                  progress: Progress) -> dict[str, dict[str, Any]]:
+    """The record of each bf16 precision that runs `variant`'s file under a fidelity key of its
+    own (engine.variants: OpenVINO bf16 on model.onnx), in the shape the cross-encoder's export
+    writes (onnxrank.export.gate.bf16_record) and engine.runtime.gate_refusal reads: metrics,
+    ``passed`` and ``failures`` against the int8 ranking thresholds. Where the engine cannot
+    run that precision here (no BF16 in OpenVINO's CPU capabilities, no openvino) the record
+    says why and is not validated, so ``auto`` never picks it."""
+    records = {}
+    for run in VARIANTS[variant].runs_as:
+        key = run.fidelity_key
+        if key is None:
+            continue
+        progress.step(f"validate {variant} with {run.precision}")
+        try:
+            fidelity, failures = gate(path, key, run)
+        except (ValueError, ImportError, ModelLoadError) as err:
+            records[key] = {"validated": False, "passed": False, "reason": str(err)}
+            continue
+        records[key] = {
+            **fidelity, "validated": True,
+            "validated_on": f"{fidelity['validated_on']}, INFERENCE_PRECISION_HINT=bf16",
+            "passed": not failures, "failures": failures,
+            "thresholds": threshold_text(RERANK, key, request.thresholds)}
+    return records
+
+
 def _int8(request: ExportRequest, fp32_path: Path, out_path: Path, layers: int,
-          gate: Callable[[Path, str], tuple[dict[str, Any], list[str]]]) -> dict[str, Any]:
+          gate: Gate) -> dict[str, Any]:
     """The first int8 recipe that passes the gate ({"fidelity", "quantization"}), else the
     failed_variants entry with every attempt."""
     attempts = []
@@ -522,7 +306,7 @@ def _int8(request: ExportRequest, fp32_path: Path, out_path: Path, layers: int,
                 attempts.append({"method": settings.method,
                                  "reason": "no node of the graph was quantized"})
                 continue
-            fidelity, failures = gate(out_path, "int8")
+            fidelity, failures = gate(out_path, "int8", None)
         except (ImportError, KeyboardInterrupt):
             raise
         except Exception as err:

@@ -29,24 +29,26 @@ from onnxrank.engine.spec import VARIANT_NAMES, ModelSpec, VariantSpec, sha256_f
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.errors import ExportError, FidelityError
 from onnxrank.export import late_interaction
+from onnxrank.export.colbert_checkpoint import TASK as LATE_INTERACTION_TASK
 from onnxrank.export.context import (
+    SCRATCH_DIR,
+    TOKENIZER_FILE,
     BuiltVariant,
     ExportContext,
     Progress,
     VariantFailed,
     first_line,
+    package_versions,
 )
 from onnxrank.export.direct_openvino import DIRECT_VARIANT, convert_compressed, takes_direct_route
 from onnxrank.export.families import Family, applicable_variants
-from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.gate import gate_prefix_graph, threshold_text, validate_file
 from onnxrank.export.loaded import LoadedModel
-from onnxrank.export.onnx import DEFAULT_OPSET, Exporter, check_exporter, exporter_opset
-from onnxrank.export.quantize import DEFAULT_INT8_RECIPES, Int8Settings
-from onnxrank.export.quantize_openvino import DEFAULT_OV_INT8_RECIPES, OvInt8Settings
-from onnxrank.export.source import DEFAULT_REGISTRY, ModelSource, load_checkpoint, resolve_source
+from onnxrank.export.onnx import exporter_opset
+from onnxrank.export.request import ExportRequest
+from onnxrank.export.source import ModelSource, load_checkpoint, resolve_source
 from onnxrank.export.standin import build_embedder_checkpoint, build_reranker_checkpoint
-from onnxrank.export.tasks import DEFAULT_MODEL, ExportTask, export_task
+from onnxrank.export.tasks import ExportTask, export_task
 from onnxrank.export.validate import (
     ValidationInputs,
     check_thresholds,
@@ -67,90 +69,15 @@ logger = logging.getLogger(__name__)
 
 # Tasks whose checkpoints export through stages of their own rather than the ExportTask stages
 # below: request, source, work directory, model name, progress -> the manifest written there.
-ExportRoute = Callable[["ExportRequest", ModelSource, Path, str, Progress], ModelSpec]
-EXPORT_ROUTES: dict[str, ExportRoute] = {late_interaction.TASK: late_interaction.export_into}
+# Its keys are onnxrank.export.request.ROUTED_TASKS.
+ExportRoute = Callable[[ExportRequest, ModelSource, Path, str, Progress], ModelSpec]
+EXPORT_ROUTES: dict[str, ExportRoute] = {LATE_INTERACTION_TASK: late_interaction.export_into}
 
-TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_DIR = "checkpoint"
-SCRATCH_DIR = ".scratch"
 # the config fields the manifest's model_config copies
 MODEL_CONFIG_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers",
                      "num_attention_heads", "intermediate_size", "max_position_embeddings",
                      "type_vocab_size")
-
-
-@dataclass(frozen=True, slots=True)
-class ExportRequest:
-    """What to export and how; the CLI builds one from its flags.
-
-    Attributes:
-        model: Registry name, Hugging Face Hub id or checkpoint directory.
-        out_dir: Target model directory; None = models/<name>.
-        task: ``rerank`` or ``embedding``; None = from the registry, else ``rerank``.
-        max_length: Token limit per row recorded in the manifest; None = 512 for rerankers, the
-            sentence-transformers max_seq_length for embedders; capped by the position embeddings.
-        opset: ONNX opset of the export (at least 18 with the dynamo exporter).
-        variants: Variants to keep (fp32, opt, int8, fp16, ov_int8).
-        thresholds: Fidelity thresholds; a variant below them on the tuning or the held-out
-            validation pairs fails the export.
-        int8: onnxruntime int8 recipes, tried in order until one meets the thresholds on the
-            tuning pairs (the manifest records every attempt).
-        ov_int8: OpenVINO int8 recipes, tried the same way.
-        cls_only_last_layer: Rerank models: compute the last encoder layer for the [CLS] row only
-            (exact up to float rounding; see onnxrank.export.prune). Embedding models are never
-            pruned: mean pooling reads every row.
-        validation_pairs: Validate on about this many pairs (whole query groups of both parts);
-            None = all the shipped pairs.
-        calibration_pairs: Calibrate the static int8 recipes on about this many pairs (whole
-            query groups); None = all the shipped calibration pairs.
-        registry_path: models/registry.json.
-        seed: Seed for stand-in weights and head fitting.
-        recipe: Decoder rerankers: a built-in scoring recipe's name or a recipe file (JSON);
-            None = the built-in recipe of a known Hub id (onnxrank.export.recipes).
-        exporter: The torch exporter of the fp32 graph (onnxrank.export.onnx.EXPORTERS); None =
-            the family's own (``Family.exporters``' first). The manifest's ``family.exporter``
-            records the one used.
-    """
-
-    model: str = DEFAULT_MODEL
-    out_dir: Path | None = None
-    task: str | None = None
-    max_length: int | None = None
-    opset: int = DEFAULT_OPSET
-    variants: tuple[str, ...] = VARIANT_NAMES
-    thresholds: FidelityThresholds = field(default_factory=FidelityThresholds)
-    int8: tuple[Int8Settings, ...] = DEFAULT_INT8_RECIPES
-    ov_int8: tuple[OvInt8Settings, ...] = DEFAULT_OV_INT8_RECIPES
-    cls_only_last_layer: bool = True
-    validation_pairs: int | None = None
-    calibration_pairs: int | None = None
-    registry_path: Path = DEFAULT_REGISTRY
-    seed: int = 0
-    recipe: str | None = None
-    exporter: Exporter | None = None
-
-    def __post_init__(self) -> None:
-        if self.exporter is not None:
-            check_exporter(self.exporter)
-        unknown = [name for name in self.variants if name not in VARIANT_NAMES]
-        if unknown or not self.variants:
-            raise ValueError(
-                f"variants must be a non-empty subset of {', '.join(VARIANT_NAMES)}, "
-                f"got {', '.join(self.variants) or 'nothing'}"
-            )
-        if self.task is not None and self.task not in EXPORT_ROUTES:
-            export_task(self.task)
-        if not self.int8:
-            raise ValueError("int8 needs at least one recipe (Int8Settings)")
-        if not self.ov_int8:
-            raise ValueError("ov_int8 needs at least one recipe (OvInt8Settings)")
-        if self.max_length is not None and self.max_length < 8:
-            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
-        # before minutes of loading and tracing, not when the pairs are encoded
-        for name, pairs in (("validation", self.validation_pairs),
-                            ("calibration", self.calibration_pairs)):
-            if pairs is not None and pairs < 1:
-                raise ValueError(f"{name} pairs must be >= 1, got {pairs}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,7 +598,7 @@ def _model_spec(request: ExportRequest, source: ModelSource, task: ExportTask, t
         vocab_size=int(config.vocab_size),
         pad_token_id=int(loaded.tokenizer.pad_token_id or 0),
         variants=variants,
-        versions=_versions(),
+        versions=package_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model_config={key: getattr(config, key, None) for key in MODEL_CONFIG_KEYS},
         embedding_dim=task.embedding_dim(config),
@@ -694,15 +621,3 @@ def _source_entry(source: ModelSource, loaded: LoadedModel, seed: int) -> dict[s
         entry["registry_name"] = source.name
     return entry
 
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as metadata
-
-    versions = {}
-    for package in ("onnxrank", "torch", "transformers", "onnx", "onnxruntime",
-                    "sentence-transformers", "tokenizers", "openvino", "nncf"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from onnxrank._optional import require
 from onnxrank.engine.spec import Activation
 from onnxrank.errors import ExportError
+from onnxrank.export.colbert_checkpoint import TASK as LATE_INTERACTION_TASK
+from onnxrank.export.colbert_checkpoint import is_late_interaction
 from onnxrank.export.direct_openvino import takes_direct_route
 from onnxrank.export.families import Family, family_for
 from onnxrank.export.loaded import LoadedModel
@@ -107,10 +109,8 @@ def resolve_source(model: str, *, task: str | None, registry_path: Path) -> Mode
 
 def _local_task(directory: Path) -> str:
     """The task of a checkpoint directory without --task: ``late_interaction`` for a ColBERT
-    layout (onnxrank.export.late_interaction), else ``rerank``."""
-    from onnxrank.export.late_interaction import TASK, is_late_interaction
-
-    return TASK if is_late_interaction(directory) else "rerank"
+    layout (onnxrank.export.colbert_checkpoint), else ``rerank``."""
+    return LATE_INTERACTION_TASK if is_late_interaction(directory) else "rerank"
 
 
 def content_sha256(directory: Path) -> str:

@@ -35,7 +35,7 @@ from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow
 from onnxrank.engine.runtime import pad_rows
 from onnxrank.errors import FidelityError
-from onnxrank.export.fidelity import FidelityThresholds
+from onnxrank.export.fidelity import TOP_K, FidelityThresholds
 from onnxrank.options import field_flag
 
 if TYPE_CHECKING:
@@ -62,6 +62,9 @@ SHORT, MIXED = "short", "mixed"
 REGIMES = (SHORT, MIXED)
 # a subset (--validation-pairs N) holds out about a third of its groups, at least one
 SUBSET_HELD_OUT_SHARE = 1 / 3
+# a subset cuts each of its groups to the first pairs of the group's BM25 list, at least this many:
+# a group's top ten (fidelity.TOP_K) is still picked from twice as many candidates
+SUBSET_MIN_GROUP_PAIRS = 2 * TOP_K
 VALIDATION_FILE = "validation_pairs.jsonl"
 CALIBRATION_FILE = "calibration_pairs.jsonl"
 
@@ -94,9 +97,13 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
     """The shipped validation pairs, each marked with its part (tuning or held_out).
 
     Args:
-        limit: None = all the shipped pairs. Else whole query groups totalling about `limit` pairs, spread
-            evenly over each part, about a third of them held out and at least one group of each
-            part (so a quick trial still checks held-out text).
+        limit: None = all the shipped pairs. Else about `limit` pairs: query groups spread evenly
+            over each part, about a third of them held out and at least one group of each part
+            (so a quick trial still checks held-out text), each cut to the first pairs of its
+            BM25 list (the file's order), at least SUBSET_MIN_GROUP_PAIRS. The tuning groups are
+            spread from the part's first group, the held-out ones from its last, so a two-group
+            subset holds both regimes (each part alternates them, short first). For example 48
+            pairs: a tuning group of short passages and a held-out one of mixed, 24 pairs each.
         part: Only the pairs of this part (``tuning`` or ``held_out``); None = both.
 
     Raises:
@@ -116,13 +123,22 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
         held = [group for group in groups if group in held_out_groups]
         tuning = [group for group in groups if group not in held_out_groups]
         wanted_held = min(len(held), max(1, round(wanted * SUBSET_HELD_OUT_SHARE)))
-        chosen = _spread(held, wanted_held) | _spread(tuning, max(1, wanted - wanted_held))
-        pairs = [pair for pair in pairs if pair.group in chosen]
+        chosen = (_spread(held[::-1], wanted_held)
+                  | _spread(tuning, max(1, wanted - wanted_held)))
+        per_group = max(SUBSET_MIN_GROUP_PAIRS, int(np.ceil(limit / wanted)))
+        taken: dict[str, int] = {}
+        subset = []
+        for pair in pairs:
+            if pair.group in chosen and taken.get(pair.group, 0) < per_group:
+                taken[pair.group] = taken.get(pair.group, 0) + 1
+                subset.append(pair)
+        pairs = subset
     return [pair for pair in pairs if part is None or pair.part == part]
 
 
 def _spread(groups: list[str], count: int) -> set[str]:
-    """`count` evenly spaced groups, so a subset still mixes regimes, Cranfield and CACM."""
+    """`count` evenly spaced groups from the first, so a subset still mixes regimes, Cranfield
+    and CACM."""
     count = min(count, len(groups))
     return {groups[int(i)] for i in np.linspace(0, len(groups) - 1, count).round()}
 

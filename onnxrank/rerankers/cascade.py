@@ -30,7 +30,7 @@ from onnxrank.rerankers.base import (
 
 if TYPE_CHECKING:
     from onnxrank.engine.config import EngineConfig
-    from onnxrank.retrieval.document_vectors import DocumentVectorStore
+    from onnxrank.rerankers.stored import StoredVectors
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def build_cascade(
     *,
     models_dir: str | Path = DEFAULT_MODELS_DIR,
     config: EngineConfig | None = None,
-    document_vectors: DocumentVectorStore | None = None,
+    document_vectors: StoredVectors | None = None,
     budget_ms: float | None = None,
     on_error: OnError = DEFAULT_ON_ERROR,
 ) -> CascadeReranker:

@@ -30,7 +30,7 @@ from onnxrank.bench.report import peer_section
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.errors import MissingDependencyError, ModelLoadError
 
-pytestmark = pytest.mark.costly(25)
+pytestmark = pytest.mark.costly(10)
 
 QUERY = "what is the pressure distribution on a wing at supersonic speed"
 DOCUMENTS = [

@@ -30,7 +30,7 @@ from onnxrank.bench.ceiling import GEMM_PRECISIONS
 from onnxrank.bench.machine import classify, read_cpu
 from onnxrank.bench.paths import DEFAULT_OUT
 
-pytestmark = pytest.mark.costly(75)
+pytestmark = pytest.mark.costly(165)
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,7 @@ import bench_outside_xdist
 import onnxruntime as ort
 import pytest
 
-pytestmark = pytest.mark.costly(80)
+pytestmark = pytest.mark.costly(85)
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()

@@ -15,7 +15,7 @@ import pytest
 from onnxrank.bench.suite.test_decoder import DECODER_MODEL
 from onnxrank.engine.spec import load_model_spec
 
-pytestmark = pytest.mark.costly(15)
+pytestmark = pytest.mark.costly(25)
 
 REPO = Path(__file__).resolve().parents[2]
 

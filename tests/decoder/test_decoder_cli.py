@@ -18,7 +18,7 @@ from onnxrank.serve import ServeConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
 from serve_helpers import running_server  # noqa: E402
 
-pytestmark = pytest.mark.costly(35)
+pytestmark = pytest.mark.costly(10)
 
 QUERY = "what is known about wing flutter at high speeds"
 DOCUMENTS = ["The flutter of aircraft wings at transonic speeds was studied in a wind tunnel.",

@@ -20,7 +20,7 @@ from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.validate import load_validation_pairs
 
-pytestmark = pytest.mark.costly(40)
+pytestmark = pytest.mark.costly(50)
 
 SCORE_HEAD_OP = "__module.score_head/aten::linear/MatMul"
 INT8_IR = {"device": "cpu", "backend": "openvino", "precision": "int8", "threads": 1,

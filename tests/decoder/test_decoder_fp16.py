@@ -1,4 +1,4 @@
-"""The fp16 variant of every built-in recipe's tiny export (recipe_cuda_dir: fp32 and fp16):
+"""The fp16 variant of every built-in recipe's tiny export (recipe_model_dir, fp16 among its variants):
 its two files and manifest entries, what stays float32 in them, and its scores on the CPU
 against the fp32 export's: the whole rows run by OpenVINO, the prefix graph by onnxruntime's CPU
 provider (OpenVINO's compiled prefix graph names its cache input after the converter's Cast,
@@ -20,8 +20,6 @@ from onnxrank.export import gate
 from onnxrank.export.tasks import RERANK
 from onnxrank.export.validate import encode_validation, load_validation_pairs, run_batches
 
-pytestmark = pytest.mark.costly(50)
-
 # OpenVINO runs the fp16 file's float16 weights and casts in float32 arithmetic: its scores may
 # differ from the fp32 file's by this share of their standard deviation (measured: up to 0.004)
 FP16_TOLERANCE = 0.02
@@ -41,8 +39,8 @@ def _node_types(graph: onnx.GraphProto) -> dict[str, int]:
 
 
 def test_the_fp16_export_writes_both_graphs_and_records_them(recipe_name: str,
-                                                             recipe_cuda_dir: Path) -> None:
-    spec = load_model_spec(recipe_cuda_dir)
+                                                             recipe_model_dir: Path) -> None:
+    spec = load_model_spec(recipe_model_dir)
     facts = VARIANTS["fp16"]
     assert "fp16" not in spec.failed_variants, spec.failed_variants
     variant, prefix = spec.variants["fp16"], spec.prefix_graphs["fp16"]
@@ -54,14 +52,14 @@ def test_the_fp16_export_writes_both_graphs_and_records_them(recipe_name: str,
     assert variant.extra_files == {} and prefix.extra_files == {}  # tiny: under 2 GB
     kept = variant.optimization["float16"]["nodes_kept_fp32"]
     assert kept["family"] == ["/score_head/MatMul"] and kept["norm_variance"] > 0, recipe_name
-    verify_files(spec, recipe_cuda_dir)
+    verify_files(spec, recipe_model_dir)
 
 
 @pytest.mark.parametrize("file", ["model_fp16.onnx", "model_prefix_fp16.onnx"])
 def test_fp16_keeps_io_types_norm_variance_and_score_head_in_float32(
-        recipe_name: str, recipe_cuda_dir: Path, file: str) -> None:
-    graph = onnx.load(str(recipe_cuda_dir / file)).graph
-    fp32_graph = onnx.load(str(recipe_cuda_dir / file.replace("_fp16", ""))).graph
+        recipe_name: str, recipe_model_dir: Path, file: str) -> None:
+    graph = onnx.load(str(recipe_model_dir / file)).graph
+    fp32_graph = onnx.load(str(recipe_model_dir / file.replace("_fp16", ""))).graph
     assert _types(graph.input) == _types(fp32_graph.input)
     assert _types(graph.output) == _types(fp32_graph.output)
     assert set(_types(graph.input).values()) <= {FLOAT, INT64}
@@ -81,23 +79,23 @@ def test_fp16_keeps_io_types_norm_variance_and_score_head_in_float32(
 
 
 def test_fp16_scores_on_the_cpu_match_fp32_whole_rows_and_prefix(
-        recipe_name: str, recipe_cuda_dir: Path) -> None:
-    spec = load_model_spec(recipe_cuda_dir)
-    inputs = encode_validation(load_validation_pairs(16), recipe_cuda_dir / spec.tokenizer_file,
+        recipe_name: str, recipe_model_dir: Path) -> None:
+    spec = load_model_spec(recipe_model_dir)
+    inputs = encode_validation(load_validation_pairs(16), recipe_model_dir / spec.tokenizer_file,
                                task=RERANK, max_length=spec.max_length,
                                pad_id=spec.pad_token_id, prompt=spec.prompt)
 
     def whole_rows(file: str) -> np.ndarray:
-        runner = open_model_file(recipe_cuda_dir / file, backend="openvino", precision="fp32")
+        runner = open_model_file(recipe_model_dir / file, backend="openvino", precision="fp32")
         return run_batches(inputs.batches(), runner.run, len(inputs.rows))
 
     fp32, fp16 = whole_rows("model.onnx"), whole_rows("model_fp16.onnx")
     spread = float(fp32.std())
     whole_diff = float(np.abs(fp16 - fp32).max())
     # the prefix graph run as the engine runs it: each query's prefix once, its rows against it
-    context = SimpleNamespace(inputs=inputs, paths={"fp16": recipe_cuda_dir / "model_fp16.onnx"})
+    context = SimpleNamespace(inputs=inputs, paths={"fp16": recipe_model_dir / "model_fp16.onnx"})
     prefix, batches, _ = gate._prefix_outputs(context, "fp16",  # type: ignore[arg-type]
-                                              recipe_cuda_dir / "model_prefix_fp16.onnx",
+                                              recipe_model_dir / "model_prefix_fp16.onnx",
                                               RunAs("onnxruntime", "fp16"))
     assert {batch.prefix_length for batch in batches} != {0}  # the prefix graph really ran
     prefix_diff = float(np.abs(prefix - fp32).max())

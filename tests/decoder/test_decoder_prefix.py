@@ -23,7 +23,7 @@ from onnxrank.engine.spec import MANIFEST_NAME, load_model_spec, sha256_file
 from onnxrank.engine.variants import VARIANTS
 from onnxrank.export.validate import load_validation_pairs
 
-pytestmark = pytest.mark.costly(50)
+pytestmark = pytest.mark.costly(55)
 
 QUERY = "what is known about wing flutter at high speeds"
 LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)

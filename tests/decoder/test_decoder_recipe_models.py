@@ -17,7 +17,7 @@ from onnxrank.engine.reranker import Reranker
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.recipes import BUILTIN_RECIPES
 
-pytestmark = pytest.mark.costly(90)
+pytestmark = pytest.mark.costly(60)
 
 QUERY = "what is known about wing flutter at high speeds"
 LONG = " ".join(["Flutter of swept wings was measured at transonic speeds in a tunnel."] * 40)

@@ -32,7 +32,7 @@ from onnxrank.export.recipes import resolve_recipe
 torch = pytest.importorskip("torch")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
-pytestmark = pytest.mark.costly(45)
+pytestmark = pytest.mark.costly(20)
 
 QWEN3_DEFAULT = "Given a web search query, retrieve relevant passages that answer the query"
 INSTRUCTION = "Find reports on aircraft structures"

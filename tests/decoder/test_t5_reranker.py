@@ -29,7 +29,7 @@ from onnxrank.serve import ServeConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
 from serve_helpers import running_server  # noqa: E402
 
-pytestmark = pytest.mark.costly(60)
+pytestmark = pytest.mark.costly(40)
 
 # recipe -> (model_type, initializer_factor, answer tokens): the factor gives the random model's
 # p(true) some spread (T5 scales its decoder output by d_model ** -0.5; mT5 does not)

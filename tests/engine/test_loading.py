@@ -6,8 +6,12 @@ import json
 import logging
 import re
 import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -19,6 +23,8 @@ from onnxrank.engine.config import EngineConfig
 from onnxrank.engine.devices import resolve_device
 from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.kinds import KINDS
+from onnxrank.engine.late_interaction import LateInteractionReranker
+from onnxrank.engine.model import KINDS as MODEL_KINDS
 from onnxrank.engine.model import EngineModel
 from onnxrank.engine.reranker import DecoderReranker
 from onnxrank.engine.runtime import choose_candidates
@@ -31,6 +37,7 @@ from onnxrank.engine.spec import (
 )
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
 from onnxrank.export.recipes import QWEN3_RERANKER
+from onnxrank.types import Pair, Scores
 
 
 @pytest.fixture()
@@ -117,6 +124,63 @@ def test_the_kind_is_chosen_once_from_the_manifest(tiny_model_dir: Path,
             f"{tiny_model_dir} holds a 'rerank' model, but this needs a decoder reranker "
             "exported with --recipe")):
         DecoderReranker.from_dir(tiny_model_dir, **settings)
+
+
+def test_each_kind_class_records_itself_in_the_one_table() -> None:
+    # every kind has its class, read-only, and a fresh interpreter that imports only the base
+    # module gets the whole table (the package face imports every kind's module first)
+    assert dict(KINDS) == {ModelKind.CROSS_ENCODER: Reranker,
+                           ModelKind.DECODER_RERANKER: DecoderReranker,
+                           ModelKind.EMBEDDER: Embedder,
+                           ModelKind.LATE_INTERACTION: LateInteractionReranker}
+    assert KINDS is MODEL_KINDS
+    with pytest.raises(TypeError):
+        KINDS[ModelKind.EMBEDDER] = Reranker  # type: ignore[index]
+    listed = subprocess.run(
+        [sys.executable, "-c", "from onnxrank.engine.model import KINDS; "
+                               "print(sorted((k.name, c.__name__) for k, c in KINDS.items()))"],
+        capture_output=True, text=True, check=True).stdout
+    assert listed.strip() == str(sorted((kind.name, engine.__name__)
+                                        for kind, engine in KINDS.items()))
+
+
+def test_a_users_subclass_runs_as_itself(model_copy: Path) -> None:
+    class TracedReranker(Reranker):
+        """A user's variant: same kind, its own behaviour."""
+
+        def score(self, pairs: Sequence[Pair], *, instruction: str | None = None) -> Scores:
+            return super().score(pairs, instruction=instruction) + 1.0
+
+    class StrictReranker(Reranker):
+        kind = ModelKind.CROSS_ENCODER  # repeating the parent's kind is still a variant
+
+    settings: dict[str, Any] = {"device": "cpu", "backend": "onnxruntime", "precision": "fp32"}
+    traced = TracedReranker.from_dir(model_copy, **settings)
+    plain = Reranker.from_dir(model_copy, **settings)
+    assert type(traced) is TracedReranker and type(plain) is Reranker
+    assert type(StrictReranker.from_dir(model_copy, **settings)) is StrictReranker
+    assert KINDS[ModelKind.CROSS_ENCODER] is Reranker  # the variants did not replace the kind's class
+    pairs = [("wing", "a wing in a slipstream")]
+    np.testing.assert_array_equal(traced.score(pairs), plain.score(pairs) + 1.0)
+    # a variant of one kind still refuses a model of another
+    with pytest.raises(ModelLoadError, match=re.escape(
+            f"{model_copy} holds a 'rerank' model, but this needs an embedding model exported "
+            "with --task embedding, such as models/minilm-embedder")):
+        Embedder.from_dir(model_copy)
+    with pytest.raises(ModelLoadError, match=re.escape(
+            f"{model_copy} holds a 'rerank' model, but this needs a late-interaction model (a "
+            "ColBERT checkpoint exported with `onnxrank export`)")):
+        LateInteractionReranker.from_dir(model_copy, **settings)
+
+
+def test_a_second_class_for_a_kind_is_refused() -> None:
+    with pytest.raises(TypeError, match=re.escape(
+            f"{__name__}.test_a_second_class_for_a_kind_is_refused.<locals>.OtherEmbedder declares "
+            "kind=EMBEDDER, which onnxrank.engine.embedder.Embedder runs already; a model kind is "
+            "run by one class")):
+        class OtherEmbedder(Reranker):
+            kind = ModelKind.EMBEDDER
+    assert KINDS[ModelKind.EMBEDDER] is Embedder
 
 
 def test_stand_in_warns_that_scores_are_not_relevance(

@@ -270,7 +270,7 @@ def test_deadline_scores_in_retrieval_order_and_stops(
             self.now += 0.010
             return self.now
 
-    monkeypatch.setattr("onnxrank.engine.reranker.time", FakeClock())
+    monkeypatch.setattr("onnxrank.engine.deadline.time", FakeClock())
     # start=10 ms; batch 1 starts at 20 (ends 30); batch 2 would start at 40 and is predicted to end
     # at 50 > 45: stop. So exactly the first batch (documents 0 and 1, input order) is scored.
     ranked = reranker.rerank(QUERY, documents, deadline_ms=35)

@@ -20,6 +20,8 @@ from onnxrank.export.quantize_openvino import (
     weights_path,
 )
 
+pytestmark = pytest.mark.costly(20)
+
 # the ladder's scopes on a 2-layer model: the head, then the top layer's feed-forward block too
 WIDER = (OvInt8Settings(fp32_head=True),
          OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=1, fp32_ffn_down_layers=1))

@@ -11,9 +11,11 @@ import pytest
 from onnxrank.cli import main
 from onnxrank.engine.spec import load_model_spec
 
-pytestmark = pytest.mark.costly(30)
+pytestmark = pytest.mark.costly(50)
 
 QUICK = ["--validation-pairs", "16", "--calibration-pairs", "32", "--quiet"]
+# what a 16-pair subset holds (onnxrank.export.validate.load_validation_pairs): one group per part
+PART_REGIMES = (("tuning", "short"), ("held-out", "mixed"))
 
 
 def _leftovers(parent: Path, name: str) -> list[str]:
@@ -128,8 +130,8 @@ def test_every_rerank_threshold_flag_is_enforced(
             ("int8", "top10_overlap", ">= 1.5", "--int8-min-top10-overlap")):
         reason = spec.failed_variants[variant]["reason"]
         assert spec.failed_variants[variant]["stage"] == "validation"
-        for part in ("tuning", "held-out"):
-            assert re.search(rf"variant {variant} \({part}, short pairs\): {metric} = [-0-9.e]+, "
+        for part, regime in PART_REGIMES:
+            assert re.search(rf"variant {variant} \({part}, {regime} pairs\): {metric} = [-0-9.e]+, "
                              rf"threshold {re.escape(threshold)} \({flag}\)", reason), (flag, reason)
     summary = capsys.readouterr().out
     for variant in ("opt", "fp16", "int8"):
@@ -139,8 +141,8 @@ def test_every_rerank_threshold_flag_is_enforced(
                  "--variants", "fp32,opt", "--fp32-max-abs-diff", "-1", *QUICK])
     assert code == 2
     error = capsys.readouterr().err
-    for part in ("tuning", "held-out"):
-        assert re.search(rf"variant fp32 \({part}, short pairs\): max_abs_diff_scaled = [-0-9.e]+, "
+    for part, regime in PART_REGIMES:
+        assert re.search(rf"variant fp32 \({part}, {regime} pairs\): max_abs_diff_scaled = [-0-9.e]+, "
                          r"threshold <= -1 \(--fp32-max-abs-diff\)", error), error
     assert load_model_spec(out).failed_variants["opt"]["stage"] == "validation"  # untouched
 
@@ -153,7 +155,7 @@ def test_embedding_threshold_flags_are_enforced(
                  "--task", "embedding", "--variants", "fp32,int8", "--int8-min-cosine", "1.5",
                  *QUICK])
     assert code == 0
-    assert re.search(r"variant int8 \(held-out, short pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
+    assert re.search(r"variant int8 \(held-out, mixed pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
                      r"\(--int8-min-cosine\)", load_model_spec(out).failed_variants["int8"]["reason"])
     code = main(["export", "--model", str(tiny_embedder_checkpoint_dir), "--out", str(out),
                  "--task", "embedding", "--variants", "fp32", "--embedding-min-cosine", "1.5",

@@ -17,6 +17,7 @@ from onnxrank.export.validate import (
     HELD_OUT,
     MIXED,
     SHORT,
+    SUBSET_MIN_GROUP_PAIRS,
     TUNING,
     load_calibration_pairs,
     load_validation_pairs,
@@ -112,15 +113,23 @@ def test_loaders_read_each_pairs_part_and_regime() -> None:
         load_validation_pairs(part="test")
 
 
-def test_a_validation_subset_is_whole_groups_of_both_parts_and_regimes() -> None:
+def test_a_validation_subset_is_each_groups_first_pairs_of_both_parts_and_regimes() -> None:
     pairs = load_validation_pairs()
-    for limit, groups in ((16, 2), (300, 10)):
+    # (limit, groups, pairs per group): two groups at least, each cut to the first pairs of its
+    # BM25 list and never below SUBSET_MIN_GROUP_PAIRS; 300 pairs take whole groups of 30
+    for limit, groups, per_group in ((16, 2, SUBSET_MIN_GROUP_PAIRS), (48, 2, 24), (100, 4, 25),
+                                     (300, 10, 30)):
         subset = load_validation_pairs(limit)
-        chosen = {pair.group for pair in subset}
-        assert len(chosen) == groups
-        assert subset == [pair for pair in pairs if pair.group in chosen]
-        assert {pair.part for pair in subset} == {TUNING, HELD_OUT}
-    assert {pair.regime for pair in load_validation_pairs(300)} == {SHORT, MIXED}
+        chosen = list(dict.fromkeys(pair.group for pair in subset))
+        assert len(chosen) == groups, limit
+        assert subset == [pair for group in chosen
+                          for pair in [p for p in pairs if p.group == group][:per_group]], limit
+        assert {pair.part for pair in subset} == {TUNING, HELD_OUT}, limit
+        assert {pair.regime for pair in subset} == {SHORT, MIXED}, limit
+    # the fewest groups: the tuning part's first (short passages), the held-out part's last (mixed)
+    smallest = load_validation_pairs(1)
+    assert {(pair.part, pair.regime) for pair in smallest} == {(TUNING, SHORT), (HELD_OUT, MIXED)}
+    assert len(smallest) == 2 * SUBSET_MIN_GROUP_PAIRS
 
 
 def test_a_calibration_subset_is_whole_groups_spread_over_the_file() -> None:

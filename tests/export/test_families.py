@@ -25,7 +25,7 @@ from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import family_for
 from onnxrank.export.fidelity import score_metrics
 
-pytestmark = pytest.mark.costly(55)
+pytestmark = pytest.mark.costly(170)
 
 # tiny random encoders lose rankings to int8 rounding (tests/conftest.py); these tests are about
 # the machinery, the default thresholds are tested on the full-size stand-in

@@ -20,7 +20,7 @@ from onnxrank.engine.spec import load_model_spec
 from onnxrank.export.families import family_for
 from onnxrank.export.families.base import sdpa_twin
 
-pytestmark = pytest.mark.costly(25)
+pytestmark = pytest.mark.costly(15)
 
 
 def _eager_model(checkpoint: Path) -> Any:

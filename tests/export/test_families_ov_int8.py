@@ -12,7 +12,7 @@ import pytest
 from child_process import in_child_process
 from family_cases import CROSS_ENCODERS, EXPORTS_AT_ONCE, TINY_CALIBRATION_PAIRS, TINY_PAIRS
 
-pytestmark = pytest.mark.costly(60)
+pytestmark = pytest.mark.costly(45)
 
 if TYPE_CHECKING:
     from onnxrank.export.pipeline import ExportResult

@@ -13,7 +13,7 @@ from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.pipeline import ExportRequest, export_model
 from onnxrank.export.quantize import Int8Settings, ffn_up_projections, quantized_nodes
 
-pytestmark = pytest.mark.costly(16)
+pytestmark = pytest.mark.costly(10)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from child_process import in_child_process
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.quantize_openvino import OvInt8Settings
 
+pytestmark = pytest.mark.costly(15)
+
 FLOORS = {"spearman": "int8_min_spearman", "spearman_per_query_mean": "int8_min_spearman_per_query",
           "top10_overlap": "int8_min_top10_overlap"}
 PAIRS = 200

@@ -7,6 +7,10 @@
   added "[Q] " / "[D] " markers, two Dense projections and do_query_expansion false.
 * ``stanford_bert``: Stanford ``HF_ColBERT`` (``linear.weight`` beside the encoder weights,
   ``artifact.metadata``).
+* ``multi_vector_bert``: sentence-transformers 6's own save (``MultiVectorEncoder.save``) of a
+  stack built with its modules: Transformer with fixed, attended query expansion, a Dense with
+  bias, MultiVectorMask with a punctuation skiplist, Normalize; [unused0] / [unused1] as
+  prompts (prepended as text: one token each, as special tokens of the tokenizer).
 
 Hidden 32, 2 layers: each builds in about a second.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import string
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +30,10 @@ from safetensors.torch import save_file
 from onnxrank.bench.family_checkpoints import build_tokenizer
 from onnxrank.export.families.checkpoint_config import BERT_SPECIAL_TOKENS, TokenizerKind
 
-SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+SHAPE: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
          "intermediate_size": 64, "initializer_range": 0.2}
 QUERY_LENGTH, DOCUMENT_LENGTH = 16, 48
-LAYOUTS = ("pylate_bert", "pylate_modernbert", "stanford_bert")
+LAYOUTS = ("pylate_bert", "pylate_modernbert", "stanford_bert", "multi_vector_bert")
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -119,8 +124,33 @@ def build_stanford_bert(out_dir: Path, *, seed: int = 2) -> Path:
     return out_dir
 
 
+def build_multi_vector_bert(out_dir: Path, *, seed: int = 3) -> Path:
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    tokenizer, model = _bert(seed)
+    with tempfile.TemporaryDirectory() as backbone:
+        model.save_pretrained(backbone)
+        tokenizer.save_pretrained(backbone)
+        transformer = Transformer(backbone, document_length=DOCUMENT_LENGTH - 8, query_expansion={
+            "strategy": "fixed", "attend": True, "length": QUERY_LENGTH})
+        dense = Dense(32, 16, bias=True, activation_function=torch.nn.Identity(),
+                      module_input_name="token_embeddings")
+        with torch.no_grad():
+            dense.linear.weight.copy_(torch.randn(16, 32) * 0.3)
+            dense.linear.bias.copy_(torch.randn(16) * 0.1)
+        MultiVectorEncoder(
+            modules=[transformer, dense, MultiVectorMask(list(string.punctuation)),
+                     Normalize(module_input_name="token_embeddings")],
+            prompts={"query": "[unused0]", "document": "[unused1]"}, device="cpu",
+        ).save(str(out_dir))
+    return out_dir
+
+
 BUILDERS = {"pylate_bert": build_pylate_bert, "pylate_modernbert": build_pylate_modernbert,
-            "stanford_bert": build_stanford_bert}
+            "stanford_bert": build_stanford_bert, "multi_vector_bert": build_multi_vector_bert}
 
 
 def reference_model(directory: Path) -> Any:

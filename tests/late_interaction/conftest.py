@@ -30,17 +30,18 @@ def checkpoint(factory: pytest.TempPathFactory, name: str) -> Path:
     return built_once(factory, f"colbert-checkpoints/{name}", BUILDERS[name])
 
 
-def exported(factory: pytest.TempPathFactory, name: str) -> Path:
+def exported(factory: pytest.TempPathFactory, name: str, *, variants: str = "fp32,int8",
+             gate: tuple[str, ...] = tuple(TINY_INT8_GATE), suffix: str = "") -> Path:
+    """Checkpoint `name` exported with the CLI (`suffix` names an export with other settings)."""
     source = checkpoint(factory, name)
 
     def export(out_dir: Path) -> None:
         code = main(["export", "--model", str(source), "--out", str(out_dir), "--variants",
-                     "fp32,int8", "--validation-pairs", VALIDATION_PAIRS, "--quiet",
-                     *TINY_INT8_GATE])
+                     variants, "--validation-pairs", VALIDATION_PAIRS, "--quiet", *gate])
         if code != 0:
             raise RuntimeError(f"onnxrank export of {source} exited with {code}")
 
-    return built_once(factory, f"colbert-models/{name}", export)
+    return built_once(factory, f"colbert-models/{name}{suffix}", export)
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,22 @@ def bert_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bert_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkpoint(tmp_path_factory, "pylate_bert")
+
+
+@pytest.fixture(scope="session")
+def multi_vector_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sentence-transformers 6's own save of a MultiVectorEncoder stack."""
+    return checkpoint(tmp_path_factory, "multi_vector_bert")
+
+
+@pytest.fixture(scope="session")
+def multi_vector_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return exported(tmp_path_factory, "multi_vector_bert")
+
+
+@pytest.fixture(scope="session")
+def bf16_failed_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PyLate-layout BERT's fp32 export under a top-10 overlap no run reaches (> 1), so its
+    OpenVINO bf16 record fails whatever this CPU's bf16 rounds."""
+    return exported(tmp_path_factory, "pylate_bert", variants="fp32",
+                    gate=("--int8-min-top10-overlap", "1.01"), suffix="-bf16-failed")

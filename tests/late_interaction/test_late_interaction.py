@@ -20,7 +20,7 @@ from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.pipeline import ExportRequest, export_model
 from onnxrank.export.quantize import Int8Settings
 
-pytestmark = pytest.mark.costly(35)
+pytestmark = pytest.mark.costly(40)
 
 QUERY = "what is the lift, of a thin wing at high speed?"
 DOCUMENTS = [

@@ -4,12 +4,16 @@ update / remove, and a rerank from them equals encoding the documents fresh."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 from retrieval_fixtures import CORPUS, write_jsonl
 
 from onnxrank.engine.embedder import Embedder
@@ -19,6 +23,7 @@ from onnxrank.errors import IndexMismatchError
 from onnxrank.rerankers.stored import StoredVectorReranker
 from onnxrank.retrieval import HybridRetriever, build_index
 from onnxrank.retrieval.document_vectors import (
+    DocumentVectorsRecord,
     DocumentVectorStore,
     dequantize,
     open_document_vectors,
@@ -174,3 +179,158 @@ def test_vectors_added_to_an_existing_index_cover_every_chunk(
     store, vectors = stored_store(index_dir)
     assert (report.vector_chunks, len(vectors.missing_labels())) == (report.chunks - 1, 1)
     store.close()
+
+
+class CountingModel(LateInteractionReranker):
+    """The real late-interaction model, loaded as a user's subclass, that records every list of
+    documents it is asked to encode."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.encoded: list[list[str]] = []
+
+    def encode_documents(self, documents: Sequence[str]) -> list[NDArray[np.float32]]:
+        self.encoded.append(list(documents))
+        return super().encode_documents(documents)
+
+    def encode_documents_until(self, documents: Sequence[str],
+                               deadline_ms: float) -> list[NDArray[np.float32] | None]:
+        self.encoded.append(list(documents))
+        return super().encode_documents_until(documents, deadline_ms)
+
+
+class CountingVectors(DocumentVectorStore):
+    """The real stored vectors, recording every lookup."""
+
+    def __init__(self, store: ChunkStore, record: DocumentVectorsRecord) -> None:
+        super().__init__(store, record)
+        self.asked: list[list[str]] = []
+
+    def lookup(self, passages: Sequence[str]) -> list[NDArray[np.float32] | None]:
+        self.asked.append(list(passages))
+        return super().lookup(passages)
+
+
+class RunClock:
+    """A model runner and a fake time.perf_counter in one: time moves only while the model runs,
+    1e-4 s per padded input token, so a deadline's cut is exact."""
+
+    SECONDS_PER_TOKEN = 1e-4
+
+    def __init__(self, runner: Any) -> None:
+        self.runner, self.now, self.rows = runner, 0.0, 0
+        self.costs: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        self.rows += feeds["input_ids"].shape[0]
+        self.costs.append(self.SECONDS_PER_TOKEN * feeds["input_ids"].size)
+        self.now += self.costs[-1]
+        return self.runner.run(feeds)
+
+    @property
+    def info(self) -> Any:
+        return self.runner.info
+
+    @property
+    def cpu_run_overhead_tokens(self) -> int:
+        return int(self.runner.cpu_run_overhead_tokens)
+
+
+NEW = ["a swept wing in transonic flutter", "laminar flow on a heated flat plate",
+       "shock waves ahead of a blunt nose"]  # passages the index does not hold
+
+
+def test_a_repeated_passage_is_scored_once(
+    tmp_path: Path, corpus_file: Path, bow_embedder: Embedder, late_model_dir: Path,
+    late_model: LateInteractionReranker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = CountingModel.from_dir(late_model_dir, device="cpu", threads=1)
+    assert type(model) is CountingModel  # a user's subclass of the kind's class runs as itself
+    build_index(corpus_file, tmp_path / "index", bow_embedder, document_vectors=late_model)
+    store, vectors = stored_store(tmp_path / "index")
+    indexed = list(passages(store).values())
+    distinct = [indexed[0], NEW[0], indexed[1]]
+    documents = [indexed[0], NEW[0], indexed[1], indexed[0], NEW[0]]
+    lookups = CountingVectors(store, vectors.record)
+    ranked = StoredVectorReranker(model, lookups).rerank(QUERY, documents)
+    assert (lookups.asked, model.encoded) == ([distinct], [[NEW[0]]])
+    scores = {item.index: item.score for item in ranked}
+    alone = {item.index: item.score
+             for item in StoredVectorReranker(late_model, vectors).rerank(QUERY, distinct)}
+    assert [scores[index] for index in range(5)] == [alone[0], alone[1], alone[2], alone[0],
+                                                      alone[1]]
+    # without stored vectors, and through the engine's own deadline path, the same: each
+    # distinct passage encoded once
+    model.encoded.clear()
+    fresh = StoredVectorReranker(model).rerank(QUERY, documents, deadline_ms=60_000)
+    assert model.encoded == [distinct] and all(item.reranked for item in fresh)
+    clock = RunClock(model._runner)  # counts the rows the model runs
+    monkeypatch.setattr(model, "_runner", clock)
+    engine = model.rerank(QUERY, documents, deadline_ms=60_000)
+    assert clock.rows == 1 + len(distinct), "the engine ran a repeated document again"
+    expected = late_model.score([(QUERY, document) for document in documents])
+    for ranking in (fresh, engine):
+        got = sorted((item.index, item.score) for item in ranking)
+        np.testing.assert_allclose([score for _, score in got], expected, rtol=0, atol=1e-5)
+        assert got[0][1] == got[3][1] and got[1][1] == got[4][1]
+    store.close()
+
+
+def test_stored_reranking_keeps_to_its_deadline(
+    tmp_path: Path, corpus_file: Path, bow_embedder: Embedder, late_model_dir: Path,
+    late_model: LateInteractionReranker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    build_index(corpus_file, tmp_path / "index", bow_embedder, document_vectors=late_model)
+    store, vectors = stored_store(tmp_path / "index")
+    indexed = list(passages(store).values())
+    # one document per run and no padding rounding: a run costs exactly its row's tokens
+    model = Reranker.from_dir(late_model_dir, device="cpu", threads=1, max_batch_size=1,
+                              pad_to_multiple=1)
+    assert isinstance(model, LateInteractionReranker)
+    clock = RunClock(model._runner)
+    monkeypatch.setattr(model, "_runner", clock)
+    monkeypatch.setattr("onnxrank.engine.deadline.time", clock)
+    monkeypatch.setattr("onnxrank.rerankers.stored.time", clock)
+    model.encode_queries([QUERY])
+    model.encode_documents_until(NEW, 1e9)  # input order, one run each
+    query_cost, *document_costs = clock.costs
+    documents = [indexed[0], NEW[0], indexed[1], NEW[1], NEW[2], NEW[0]]
+    reranker = StoredVectorReranker(model, vectors)
+    full = {item.index: item.score for item in reranker.rerank(QUERY, documents)}
+    # time for the query, the first two new passages and half of the third: the stored ones
+    # and those two are scored, the third is not, and the repeat takes its first's score
+    deadline_ms = (query_cost + sum(document_costs[:2]) + document_costs[2] / 2) * 1000
+    ranked = reranker.rerank(QUERY, documents, deadline_ms=deadline_ms)
+    scored = [item for item in ranked if item.reranked]
+    assert sorted(item.index for item in scored) == [0, 1, 2, 3, 5]
+    assert [item.score for item in scored] == sorted((full[item.index] for item in scored),
+                                                     reverse=True)
+    assert [(item.index, item.reranked) for item in ranked[5:]] == [(4, False)]
+    assert math.isnan(ranked[5].score)
+    # spent on the query alone: nothing is scored, everything keeps the input order
+    late = reranker.rerank(QUERY, documents, deadline_ms=query_cost * 1000 / 2)
+    assert [(item.index, item.reranked) for item in late] == [(index, False) for index in range(6)]
+    store.close()
+
+
+def test_late_interaction_scores_come_from_the_cache(late_model_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cached = Reranker.from_dir(late_model_dir, device="cpu", threads=1, cache_size=16)
+    clock = RunClock(cached._runner)
+    monkeypatch.setattr(cached, "_runner", clock)
+    pairs = [(QUERY, text) for text in NEW[:2]]
+    first = cached.score_detailed(pairs)
+    runs = len(clock.costs)
+    again = cached.score_detailed(pairs)
+    assert len(clock.costs) == runs, "a cached pair ran the model again"
+    np.testing.assert_array_equal(again.scores, first.scores)
+    assert again.token_counts.tolist() == [0, 0] and first.token_counts.min() > 0
+    # a new pair beside a cached one runs only what it needs: its query and its document
+    mixed = cached.score([(QUERY, NEW[2]), pairs[1]])
+    assert len(clock.costs) == runs + 2 and mixed[1] == first.scores[1]
+    uncached = Reranker.from_dir(late_model_dir, device="cpu", threads=1)
+    np.testing.assert_allclose(mixed, uncached.score([(QUERY, NEW[2]), pairs[1]]), rtol=0,
+                               atol=1e-5)

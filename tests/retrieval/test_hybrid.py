@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from retrieval_fixtures import bow_rerank_logit
 
-import onnxrank.engine.reranker as engine_reranker_module
+import onnxrank.engine.deadline as engine_deadline_module
 from onnxrank import Reranker
 from onnxrank.engine.embedder import Embedder
 from onnxrank.rerankers import BackendUnavailableError, LocalReranker, NoReranker
@@ -295,7 +295,7 @@ def test_rerank_deadline_reranks_exactly_what_fits(
     clock = FakeClock()
     runner = TimedRunner(reranker._runner, clock)
     monkeypatch.setattr(reranker, "_runner", runner)
-    monkeypatch.setattr(engine_reranker_module, "time", clock)
+    monkeypatch.setattr(engine_deadline_module, "time", clock)
     query = "heat flow"
     fused = retriever.search(query, k=6)
     passages = [f"{hit.title} {hit.text}" for hit in fused]

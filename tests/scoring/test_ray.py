@@ -15,7 +15,7 @@ from scoring_fixtures import make_lines
 
 from onnxrank.cli import main
 
-pytestmark = pytest.mark.costly(16)
+pytestmark = pytest.mark.costly(20)
 
 ROWS = 45
 

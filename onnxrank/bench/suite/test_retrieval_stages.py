@@ -9,15 +9,21 @@ rerank, total.
 
 The cascade (scenario "retrieval_cascade", with --bench-late-model): the index also stores the
 late-interaction model's document vectors; per query the fused top CASCADE_CANDIDATES passages
-are reranked by the cascade (stored vectors over all, then the run's cross-encoder over the top
-CASCADE_KEEP) and, interleaved, by the cross-encoder alone over all of them. Reported: each
-stage's time, both totals, and the top-10 overlap of the cascade with the cross-encoder alone.
+(QUICK_CASCADE_CANDIDATES in a quick run) are reranked, interleaved, by four contenders: the
+cascade (stored vectors over all, then the run's cross-encoder over the top CASCADE_KEEP), the
+cross-encoder alone, and the late-interaction model alone, from its stored vectors and encoding
+the documents fresh. Reported: each contender's time and each cascade stage's, the ratios of
+CASCADE_COMPARISONS with their 95% intervals, and for the same pairs the top-10 agreement (in the
+first one's row). A late model whose manifest says relevance_trained false is named in the
+labels: its agreement is with an untrained model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from onnxrank.bench.harness import (
@@ -26,9 +32,10 @@ from onnxrank.bench.harness import (
     StoppingRule,
     measure_interleaved,
     measurement_summary,
+    summarize,
     time_stats,
 )
-from onnxrank.bench.suite.bench_run import BenchRun
+from onnxrank.bench.suite.bench_run import WARM_UP_CANDIDATES, BenchRun
 from onnxrank.bench.workloads import REGIMES
 from onnxrank.engine.embedder import Embedder
 from onnxrank.engine.runtime import resolve_model_dir
@@ -42,6 +49,13 @@ CASCADE_SCENARIO = "retrieval_cascade"
 # late interaction over up to 1,000 fused candidates, the cross-encoder over its top 50
 CASCADE_CANDIDATES = 1000
 CASCADE_KEEP = 50
+# a quick run checks the scenario: enough candidates for both stages, not a thousand
+QUICK_CASCADE_CANDIDATES = 2 * CASCADE_KEEP
+# (faster, slower): the ratios measured, and the top-10 agreement of the first with the second
+CASCADE_COMPARISONS = (("cascade", "cross_alone"), ("late_stored", "cross_alone"),
+                       ("late_stored", "late_fresh"))
+# a query and its fused candidates
+Item = tuple[str, list[str]]
 
 
 def _open_retriever(bench: BenchRun, device: str, scenario: str = SCENARIO,
@@ -147,51 +161,77 @@ def _measure_cascade(benchmark: Any, bench: BenchRun, device: str, retriever: An
     cascade = CascadeReranker([CascadeStage(late, keep=CASCADE_KEEP), CascadeStage(cross)])
     queries = [request.query for request in
                bench.workload(REGIMES["short"], bench.sizes.latency_queries).requests]
+    candidates = QUICK_CASCADE_CANDIDATES if bench.quick else CASCADE_CANDIDATES
     # the fused candidates of each query, retrieved once, outside the timed calls
     items = [(query, [hit.text if not hit.title else f"{hit.title} {hit.text}" for hit in
-                      retriever.search(query, CASCADE_CANDIDATES, mode="hybrid")]) for query in queries]
+                      retriever.search(query, candidates, mode="hybrid")]) for query in queries]
     stage_ms: dict[str, list[float]] = {"late_interaction": [], "cross_encoder": []}
-    top10: dict[str, dict[str, list[int]]] = {"cascade": {}, "cross_alone": {}}
+    top10: dict[str, dict[str, list[int]]] = {}
 
-    def run_cascade(item: tuple[str, list[str]]) -> None:
+    def run_cascade(item: Item) -> None:
         result = cascade.rerank_detailed(item[0], item[1])
         for stage, run in zip(stage_ms, result.stages):
             stage_ms[stage].append(run.ms / 1000.0)
-        top10["cascade"][item[0]] = [document.index for document in result.documents[:K]]
+        top10.setdefault("cascade", {})[item[0]] = [document.index
+                                                    for document in result.documents[:K]]
 
-    def run_cross(item: tuple[str, list[str]]) -> None:
-        top10["cross_alone"][item[0]] = [document.index for document in
-                                         cross.rerank(item[0], item[1], top_k=K)]
+    def ranked_by(name: str, rerank: Callable[..., list[Any]]) -> Callable[[Item], None]:
+        def run(item: Item) -> None:
+            top10.setdefault(name, {})[item[0]] = [document.index for document in
+                                                   rerank(item[0], item[1], top_k=K)]
+        return run
 
+    # each model runs where the engine's probe put it: the two may differ in precision
+    late_info, cross_info = late_model.device_info, cross.load().device_info
+    settings = {**settings, "late_model": late_model.spec.name,
+                "late_model_file": late_info.model_file,
+                "late_runtime": f"{late_info.backend} {late_info.precision}",
+                "late_relevance_trained": late_model.spec.relevance_trained,
+                "reranker": cross_info.model_file,
+                "reranker_runtime": f"{cross_info.backend} {cross_info.precision}",
+                "keep": CASCADE_KEEP, "candidates": candidates}
+    untrained = ("" if late_model.spec.relevance_trained else
+                 f" [{late_model.spec.name} is NOT relevance-trained: agreement with it is "
+                 "agreement with an untrained model]")
     contenders = [
         Contender(name="cascade", label=f"late interaction (stored vectors) over the candidates, "
-                  f"cross-encoder over its top {CASCADE_KEEP}", run=run_cascade),
-        Contender(name="cross_alone", label="cross-encoder alone over the candidates", run=run_cross),
+                  f"cross-encoder over its top {CASCADE_KEEP}{untrained}", run=run_cascade,
+                  settings=settings),
+        Contender(name="cross_alone", label="cross-encoder alone over the candidates",
+                  run=ranked_by("cross_alone", cross.rerank), settings=settings),
+        Contender(name="late_stored", label="late interaction alone over the candidates, stored "
+                  f"document vectors{untrained}", run=ranked_by("late_stored", late.rerank),
+                  settings=settings),
+        Contender(name="late_fresh", label="late interaction alone over the candidates, documents "
+                  f"encoded fresh{untrained}", run=ranked_by("late_fresh", late_model.rerank),
+                  settings=settings),
     ]
     per_item = [len(documents) for _, documents in items]
     stopping = StoppingRule(min_items=min(bench.sizes.min_items, len(items)), max_items=len(items),
-                            time_cap_s=bench.sizes.time_cap_s(SCENARIO, REGIME))
+                            time_cap_s=bench.sizes.time_cap_s(CASCADE_SCENARIO, REGIME))
     timings = measure_interleaved(benchmark, contenders, items, per_item,
-                                  ratios=[("cascade", "cross_alone")], stopping=stopping)
-    overlaps = [len(set(top10["cascade"][query]) & set(top10["cross_alone"][query])) / K
-                for query in top10["cascade"] if query in top10["cross_alone"]]
-    settings = {**settings, "late_model": late_model.spec.name,
-                "reranker": cross.load().device_info.model_file, "keep": CASCADE_KEEP,
-                "candidates": CASCADE_CANDIDATES}
-    rows: dict[str, dict[str, Any]] = {
-        name: {"label": contender.label, "settings": settings,
-               "stats": time_stats(timings.seconds[name], per_item)}
-        for name, contender in zip(("cascade", "cross_alone"), contenders)}
+                                  ratios=CASCADE_COMPARISONS, stopping=stopping,
+                                  warm_up=(items[0][0], items[0][1][:WARM_UP_CANDIDATES]))
+    measured = per_item[:len(timings.seconds["cascade"])]
+    result = summarize(CASCADE_SCENARIO, REGIME, device, contenders, timings,
+                       ratios=CASCADE_COMPARISONS, skipped={},
+                       workload={"dataset": bench.dataset_path.name, "queries": len(measured),
+                                 "candidates_mean": sum(measured) / len(measured), "k": K})
+    rows = dict(result.contenders)
+    for name, other in CASCADE_COMPARISONS:
+        rows[name].setdefault("top10_agreement", {})[other] = top10_agreement(top10[name],
+                                                                              top10[other])
     stage_pairs = {"late_interaction": per_item,
                    "cross_encoder": [min(CASCADE_KEEP, pairs) for pairs in per_item]}
     for stage, values in stage_ms.items():  # values[0]: the untimed warm-up call
         rows[f"cascade_{stage}"] = {"label": f"cascade stage: {stage}", "settings": settings,
                                     "stats": time_stats(values[1:], stage_pairs[stage])}
-    bench.record(benchmark, ScenarioResult(
-        scenario=CASCADE_SCENARIO, regime=REGIME, device=device, contenders=rows,
-        workload={"dataset": bench.dataset_path.name, "queries": len(overlaps),
-                  "candidates_mean": sum(per_item) / max(len(per_item), 1), "k": K,
-                  "top10_agreement_mean": sum(overlaps) / max(len(overlaps), 1),
-                  "top10_agreement_min": min(overlaps, default=0.0)},
-        measurement=measurement_summary(timings, "cascade", compared=True),
-    ))
+    bench.record(benchmark, dataclasses.replace(result, contenders=rows))
+
+
+def top10_agreement(ours: dict[str, list[int]], theirs: dict[str, list[int]]) -> dict[str, Any]:
+    """Mean and min over the queries both ran of the share of one top 10 the other holds."""
+    overlaps = [len(set(ours[query]) & set(theirs[query])) / max(len(ours[query]), 1)
+                for query in ours if query in theirs]
+    return {"mean": sum(overlaps) / max(len(overlaps), 1), "min": min(overlaps, default=0.0),
+            "queries": len(overlaps)}
