@@ -10,11 +10,11 @@
 Each is built once per run, whichever worker asks first (tests/built_once.py), and is read-only.
 The fixture exports run in a child process (tests/child_process.py: the memory an export takes
 goes back when it ends) and validate on 48 pairs to stay fast (onnxrank.export.validate's subset:
-the first 24 pairs of a tuning group of short passages and of a held-out group of mixed ones).
+the first 24 pairs of a tuning and of a held-out group, both of short passages).
 Their int8 thresholds are relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide
 encoder separates inputs by small activation differences that int8 rounding partly erases
-(measured on the Xeon with AMX on this subset: OpenVINO int8 Spearman 0.974 on the short tuning
-group, 0.837 on the mixed held-out one; on an AVX2-only EPYC, whose int8 kernels need 7-bit
+(measured on the Xeon with AMX on a subset with a mixed held-out group: OpenVINO int8 Spearman
+0.974 on the short tuning group, 0.837 on the mixed held-out one; on an AVX2-only EPYC, whose int8 kernels need 7-bit
 weights (onnxrank.export.quantize.Int8Settings.reduce_range), held-out Spearman 0.874 for
 onnxruntime int8 on the earlier subset of short passages). The fixture needs every variant for the
 engine's tests, so its gate sits below

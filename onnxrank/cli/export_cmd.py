@@ -112,8 +112,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="rerank models: compute the last encoder layer for the [CLS] row only (exact "
              "up to float rounding, fewer FLOPs); embedding models are never pruned")
     add_flag(export, "export", "--validation-pairs", type=int, default=None,
-             help="validate on about N pairs (the first pairs of query groups of both parts and "
-             "regimes) instead of all the shipped pairs; for quick trial runs")
+             help="validate on about N pairs (the first pairs of query groups of both parts) "
+             "instead of all the shipped pairs; for quick trial runs")
     add_flag(export, "export", "--calibration-pairs", type=int, default=None,
              help="calibrate the static int8 recipes (ov_int8, --int8-method static) on about N "
              "pairs (whole query groups) instead of all 320 shipped calibration pairs; for quick "

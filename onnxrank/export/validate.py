@@ -100,10 +100,9 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
         limit: None = all the shipped pairs. Else about `limit` pairs: query groups spread evenly
             over each part, about a third of them held out and at least one group of each part
             (so a quick trial still checks held-out text), each cut to the first pairs of its
-            BM25 list (the file's order), at least SUBSET_MIN_GROUP_PAIRS. The tuning groups are
-            spread from the part's first group, the held-out ones from its last, so a two-group
-            subset holds both regimes (each part alternates them, short first). For example 48
-            pairs: a tuning group of short passages and a held-out one of mixed, 24 pairs each.
+            BM25 list (the file's order), at least SUBSET_MIN_GROUP_PAIRS. Each part alternates
+            regimes, short first, so two groups are short passages only and four or more hold
+            both. For example 48 pairs: the first 24 of a tuning and of a held-out group.
         part: Only the pairs of this part (``tuning`` or ``held_out``); None = both.
 
     Raises:
@@ -123,8 +122,7 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
         held = [group for group in groups if group in held_out_groups]
         tuning = [group for group in groups if group not in held_out_groups]
         wanted_held = min(len(held), max(1, round(wanted * SUBSET_HELD_OUT_SHARE)))
-        chosen = (_spread(held[::-1], wanted_held)
-                  | _spread(tuning, max(1, wanted - wanted_held)))
+        chosen = _spread(held, wanted_held) | _spread(tuning, max(1, wanted - wanted_held))
         per_group = max(SUBSET_MIN_GROUP_PAIRS, int(np.ceil(limit / wanted)))
         taken: dict[str, int] = {}
         subset = []
@@ -137,8 +135,7 @@ def load_validation_pairs(limit: int | None = None, *, part: str | None = None) 
 
 
 def _spread(groups: list[str], count: int) -> set[str]:
-    """`count` evenly spaced groups from the first, so a subset still mixes regimes, Cranfield
-    and CACM."""
+    """`count` evenly spaced groups, so a subset still mixes regimes, Cranfield and CACM."""
     count = min(count, len(groups))
     return {groups[int(i)] for i in np.linspace(0, len(groups) - 1, count).round()}
 

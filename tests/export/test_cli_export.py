@@ -15,7 +15,7 @@ pytestmark = pytest.mark.costly(50)
 
 QUICK = ["--validation-pairs", "16", "--calibration-pairs", "32", "--quiet"]
 # what a 16-pair subset holds (onnxrank.export.validate.load_validation_pairs): one group per part
-PART_REGIMES = (("tuning", "short"), ("held-out", "mixed"))
+PART_REGIMES = (("tuning", "short"), ("held-out", "short"))
 
 
 def _leftovers(parent: Path, name: str) -> list[str]:
@@ -155,7 +155,7 @@ def test_embedding_threshold_flags_are_enforced(
                  "--task", "embedding", "--variants", "fp32,int8", "--int8-min-cosine", "1.5",
                  *QUICK])
     assert code == 0
-    assert re.search(r"variant int8 \(held-out, mixed pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
+    assert re.search(r"variant int8 \(held-out, short pairs\): cosine_min = [0-9.]+, threshold >= 1\.5 "
                      r"\(--int8-min-cosine\)", load_model_spec(out).failed_variants["int8"]["reason"])
     code = main(["export", "--model", str(tiny_embedder_checkpoint_dir), "--out", str(out),
                  "--task", "embedding", "--variants", "fp32", "--embedding-min-cosine", "1.5",
