@@ -14,9 +14,10 @@ the first 24 pairs of a tuning and of a held-out group, both of short passages).
 Their int8 thresholds are relaxed on purpose (TINY_THRESHOLDS): a random 2-layer, 64-wide
 encoder separates inputs by small activation differences that int8 rounding partly erases
 (measured on the Xeon with AMX on a subset with a mixed held-out group: OpenVINO int8 Spearman
-0.974 on the short tuning group, 0.837 on the mixed held-out one; on an AVX2-only EPYC, whose int8 kernels need 7-bit
-weights (onnxrank.export.quantize.Int8Settings.reduce_range), held-out Spearman 0.874 for
-onnxruntime int8 on the earlier subset of short passages). The fixture needs every variant for the
+0.974 on the short tuning group, 0.837 on the mixed held-out one, hence short groups only; on an
+AVX2-only EPYC, whose int8 kernels need 7-bit weights
+(onnxrank.export.quantize.Int8Settings.reduce_range), held-out Spearman 0.874 for onnxruntime int8
+on an earlier subset of short passages). The fixture needs every variant for the
 engine's tests, so its gate sits below
 both; the engine's own int8 bounds are in tests/engine/test_reranker.py. The default thresholds
 are tested against the full-size stand-in
@@ -29,8 +30,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from built_once import built_once
-from child_process import in_child_process
+import worker_cores
+
+worker_cores.pin_worker()  # before torch, onnxruntime or OpenVINO size a thread pool
+
+from built_once import built_once  # noqa: E402
+from child_process import in_child_process  # noqa: E402
 
 TINY_VALIDATION_PAIRS = 48
 

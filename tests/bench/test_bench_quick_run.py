@@ -25,6 +25,7 @@ import bench_outside_xdist
 import onnxruntime as ort
 import openvino
 import pytest
+import worker_cores
 
 from onnxrank.bench.ceiling import GEMM_PRECISIONS
 from onnxrank.bench.machine import classify, read_cpu
@@ -92,7 +93,8 @@ def quick_run(installed: Path, tiny_model_dir: Path, tiny_embedder_dir: Path,
         # every default scenario, serving included (its servers and report plot)
         [str(installed / "bin" / "onnxrank"), "bench", "--quick", "--model", str(tiny_model_dir),
          "--embedder", str(tiny_embedder_dir)],
-        cwd=work, env=environment, capture_output=True, text=True, timeout=900,
+        cwd=work, env=environment, preexec_fn=worker_cores.all_cores, capture_output=True, text=True,
+        timeout=900,
     )
     return completed, work
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import bench_outside_xdist
 import onnxruntime as ort
 import pytest
+import worker_cores
 
 pytestmark = pytest.mark.costly(85)
 
@@ -24,7 +25,8 @@ HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 def _bench(cwd: Path, *args: str, **environment: str) -> subprocess.CompletedProcess[str]:
     """`onnxrank bench` of the checkout, in a subprocess, with `environment` added to ours."""
     return subprocess.run([sys.executable, "-m", "onnxrank", "bench", *args], cwd=cwd,
-                          env=bench_outside_xdist.environment(**environment), capture_output=True,
+                          env=bench_outside_xdist.environment(**environment),
+                          preexec_fn=worker_cores.all_cores, capture_output=True,
                           text=True, timeout=900)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+import worker_cores
 
 from onnxrank.bench.late_checkpoint import (
     DIM,
@@ -107,7 +108,8 @@ def test_a_quick_bench_runs_the_cascade_with_it(late_model_dir: Path, tiny_model
         [sys.executable, "-m", "onnxrank", "bench", "--quick", "--scenarios", "retrieval_stages",
          "--device", "cpu", "--threads", "1", "--model", str(tiny_model_dir), "--embedder",
          str(tiny_embedder_dir), "--late-model", str(late_model_dir), "--out", str(out)],
-        cwd=tmp_path, env=bench_outside_xdist.environment(), capture_output=True, text=True,
+        cwd=tmp_path, env=bench_outside_xdist.environment(), preexec_fn=worker_cores.all_cores,
+        capture_output=True, text=True,
         timeout=600)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import bench_outside_xdist
 import pytest
+import worker_cores
 
 from onnxrank.bench.suite.test_decoder import DECODER_MODEL
 from onnxrank.engine.spec import load_model_spec
@@ -31,7 +32,8 @@ def _run_scenario(tmp_path: Path, models: Path, *options: str) -> Path:
          "--bench-quick", f"--bench-models-dir={models}", "--bench-device=cpu",
          "--bench-regimes=short", "--bench-threads=1", f"--bench-out={out}",
          f"--benchmark-json={out / 'pytest-benchmark.json'}", "-k", "20", *options],
-        cwd=tmp_path, env=bench_outside_xdist.environment(), capture_output=True, text=True,
+        cwd=tmp_path, env=bench_outside_xdist.environment(), preexec_fn=worker_cores.all_cores,
+        capture_output=True, text=True,
         timeout=600, check=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return out
