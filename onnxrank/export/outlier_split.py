@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_probe import probe_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -78,26 +79,10 @@ def split_outlier_channels(fp32_path: Path, out_path: Path, *,
 def _channel_maxima(fp32_path: Path, tensors: list[str],
                     calibration: Sequence[dict[str, np.ndarray]],
                     scratch_path: Path) -> dict[str, np.ndarray]:
-    """Per-channel max |value| of each named tensor over the calibration rows (onnxruntime)."""
-    onnx = require("onnx", extra="export")
-    ort = require("onnxruntime", extra="export")
-    # its own copy: saving with external data empties the saved tensors of the model in memory
-    model = onnx.load(str(fp32_path))
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-                              for name in tensors)
-    probe = Path(scratch_path).with_name(f".probe-{Path(scratch_path).name}")
-    try:
-        onnx.save(model, str(probe), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=f"{probe.name}.data")
-        session = ort.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
-    finally:
-        for path in (probe, probe.with_name(f"{probe.name}.data")):
-            path.unlink(missing_ok=True)
-    names = {node.name for node in session.get_inputs()}
+    """Per-channel max |value| of each named tensor over the calibration rows."""
     maxima: dict[str, np.ndarray] = {}
-    for feeds in calibration:
-        values = session.run(tensors, {key: value for key, value in feeds.items() if key in names})
-        for name, value in zip(tensors, values):
+    for values in probe_tensors(fp32_path, tensors, calibration, scratch_path):
+        for name, value in values.items():
             peak = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
             maxima[name] = np.maximum(maxima[name], peak) if name in maxima else peak
     return maxima

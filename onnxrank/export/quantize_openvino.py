@@ -21,8 +21,11 @@ import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.export.calibration_statistics import StatisticsReuse
+from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX as CLS_ROW_SUFFIX
+from onnxrank.export.cls_row_split import ClsRowSplit, split_cls_row
 from onnxrank.export.dependency_logs import dependency_logs_quieted
-from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
+from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX as OUTLIER_SUFFIX
+from onnxrank.export.outlier_split import split_outlier_channels
 from onnxrank.export.quantize import (
     activation_matmuls,
     ffn_down_projections,
@@ -54,6 +57,11 @@ class OvInt8Settings:
         outlier_channel_ratio: Split off every quantized weight MatMul's outlier input channels
             (calibration max above this x the median channel's) into an fp32 side path
             (onnxrank.export.outlier_split); None leaves the graph as it is.
+        cls_row_ratio: Split position 0 ([CLS]) of a quantized weight MatMul's input off into a
+            float side path where its calibration max exceeds this x the other positions'
+            (onnxrank.export.cls_row_split): its massive activations set no int8 range, and the
+            row the head reads is not rounded; None leaves the graph as it is. Not with
+            outlier_channel_ratio (one rewrite per recipe).
         overflow_fix_all_layers: 7-bit weights in every layer (NNCF OverflowFix.ENABLE; NNCF's
             default fixes the first layer only). Without VNNI (AVX2) OpenVINO's u8 x s8 kernel
             saturates int16 pair sums with full-range weights, and the IR runs on whatever CPU
@@ -67,6 +75,7 @@ class OvInt8Settings:
     fp32_attention_products: bool = False
     fp32_head: bool = False
     outlier_channel_ratio: float | None = None
+    cls_row_ratio: float | None = None
     overflow_fix_all_layers: bool = True
 
     def __post_init__(self) -> None:
@@ -78,6 +87,11 @@ class OvInt8Settings:
         if self.outlier_channel_ratio is not None and not self.outlier_channel_ratio > 1:
             raise ValueError(f"outlier_channel_ratio must be None or > 1, got "
                              f"{self.outlier_channel_ratio}")
+        if self.cls_row_ratio is not None and not self.cls_row_ratio >= 0:
+            raise ValueError(f"cls_row_ratio must be None or >= 0, got {self.cls_row_ratio}")
+        if self.cls_row_ratio is not None and self.outlier_channel_ratio is not None:
+            raise ValueError("cls_row_ratio and outlier_channel_ratio are two rewrites of the same "
+                             "MatMuls; a recipe takes one")
         for name in ("fp32_ffn_up_layers", "fp32_ffn_down_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -91,19 +105,26 @@ class OvInt8Settings:
 # differences into the score (on the stand-in, tuning pairs, NNCF's defaults: pooled Spearman
 # 0.961 with it in int8, 0.981 in fp32; research/ov_int8_study.py).
 # 1. NNCF's transformer defaults (SmoothQuant at its default alpha) for the encoder.
-# 2. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
-#    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 4:
+# 2. Every weight MatMul int8 but for position 0 where it sets the input's range (ratio 1: the
+#    [CLS] row's massive activations), which runs float (onnxrank.export.cls_row_split); about
+#    93% of the stand-in's GEMM FLOPs int8. On the stand-in its int8 run holds per-query Spearman
+#    0.988-0.992 (rung 1: 0.955) and top-10 0.94-0.96 against the gate's 0.95 (docs/export.md,
+#    "Position 0 in float"). SmoothQuant off: on the split graph it moved no score and costs a
+#    calibration pass.
+# 3. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
+#    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 5:
 #    32%). On the stand-in its int8 run passes (per-query Spearman 0.984) where the same without
 #    the split (0.975) and the split with every down-projection int8 (0.972) do not; its
 #    int8+bf16 run misses (0.979), so on a CPU with BF16 the ladder goes on (run_ladder).
-# 3. The top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
-# 4. Every feed-forward block in fp32.
-# 5. The last resort: also attention's activation products in fp32, leaving the QKV and attention
+# 4. The top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
+# 5. Every feed-forward block in fp32.
+# 6. The last resort: also attention's activation products in fp32, leaving the QKV and attention
 #    output projections int8.
-# Rungs 1, 3, 4 and 5 quantize one graph, so they share NNCF's calibration passes
-# (onnxrank.export.calibration_statistics); rung 2's split graph collects its own.
+# Rungs 1, 4, 5 and 6 quantize one graph, so they share NNCF's calibration passes
+# (onnxrank.export.calibration_statistics); rungs 2 and 3 rewrite it and collect their own.
 DEFAULT_OV_INT8_RECIPES = (
     OvInt8Settings(fp32_head=True),
+    OvInt8Settings(fp32_head=True, cls_row_ratio=1.0, smooth_quant_alpha=-1.0),
     OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=12, outlier_channel_ratio=6.0),
     OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=3, fp32_ffn_down_layers=3),
     OvInt8Settings(fp32_head=True, fp32_ffn_up_layers=12, fp32_ffn_down_layers=12),
@@ -171,12 +192,17 @@ def quantize_openvino_int8(
     kept_fp32 = _kept_fp32(fp32_path, settings, up=up, down=down)
     statistics = statistics or StatisticsReuse()
     with tempfile.TemporaryDirectory(dir=Path(out_path).parent, prefix=".ov-int8-") as scratch:
-        source, outliers = Path(fp32_path), None
+        source, outliers, cls_rows = Path(fp32_path), None, None
         if settings.outlier_channel_ratio is not None:
             source = Path(scratch) / "split.onnx"
             outliers = split_outlier_channels(fp32_path, source, calibration=calibration,
                                               ratio=settings.outlier_channel_ratio, skip=kept_fp32)
-            kept_fp32 += [name + SIDE_PATH_SUFFIX for name in outliers]
+            kept_fp32 += [name + OUTLIER_SUFFIX for name in outliers]
+        if settings.cls_row_ratio is not None:
+            source = Path(scratch) / "cls_row.onnx"
+            cls_rows = split_cls_row(fp32_path, source, calibration=calibration,
+                                     ratio=settings.cls_row_ratio, skip=kept_fp32)
+            kept_fp32 += [name + CLS_ROW_SUFFIX for name in cls_rows.split] + cls_rows.first_row_only
         overflow_fix = _quantize(openvino.Core().read_model(str(source)), out_path, settings,
                                  calibration, kept_fp32, statistics)
     logger.info("quantized %s -> %s with NNCF (%s)", fp32_path.name, out_path.name, settings)
@@ -194,9 +220,13 @@ def quantize_openvino_int8(
         "fp32_head": settings.fp32_head,
         "outlier_channels": None if outliers is None else {
             "ratio": settings.outlier_channel_ratio, "channels_per_matmul": outliers},
+        "float_cls_row": None if cls_rows is None else {
+            "ratio": settings.cls_row_ratio, "split": cls_rows.split,
+            "first_row_only": cls_rows.first_row_only},
         "overflow_fix": overflow_fix,
         "nodes_kept_fp32": kept_fp32,
-        "int8_gemm_flops_share": _int8_flops(fp32_path, kept_fp32, outliers or {}).share_record(),
+        "int8_gemm_flops_share": _int8_flops(fp32_path, kept_fp32, outliers or {},
+                                             cls_rows).share_record(),
         "source_variant": "fp32",
         "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
         "calibration": {
@@ -210,18 +240,24 @@ def quantize_openvino_int8(
     }
 
 
-def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, int]) -> GemmFlops:
+def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, int],
+                cls_rows: ClsRowSplit | None) -> GemmFlops:
     """A pair's GEMM FLOPs and the int8 part: every weight MatMul NNCF quantizes, less its
-    outlier channels (NNCF's TRANSFORMER preset leaves attention's activation products float)."""
+    outlier channels and its position-0 row (NNCF's TRANSFORMER preset leaves attention's
+    activation products float). MatMuls that see position 0 only count once per pair."""
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(fp32_path), load_external_data=False).graph
     shapes = {tensor.name: list(tensor.dims) for tensor in graph.initializer}
     flops = GemmFlops()
     for node in graph.node:
         weight = shapes.get(node.input[1]) if node.op_type in ("MatMul", "Gemm") else None
-        flops.add(node.op_type, weight)
+        first_row_only = cls_rows is not None and node.name in cls_rows.first_row_only
+        flops.add(node.op_type, weight, per_pair=first_row_only)
         if node.op_type == "MatMul" and weight is not None and node.name not in kept_fp32:
-            flops.int8_per_token += 2.0 * (weight[0] - outliers.get(node.name, 0)) * weight[-1]
+            int8 = 2.0 * (weight[0] - outliers.get(node.name, 0)) * weight[-1]
+            flops.int8_per_token += int8
+            if cls_rows is not None and node.name in cls_rows.split:
+                flops.float_first_row += int8
     return flops
 
 

@@ -58,8 +58,11 @@ class GemmFlops:
     activation_products: int = 0  # attention's scores and context MatMuls
     hidden: int = 0  # the first weight MatMul's input width
     int8_per_token: float = 0.0
+    float_first_row: float = 0.0  # int8_per_token's MatMuls run position 0 in float (cls_row_split)
 
-    def add(self, op_type: str, weight: list[int] | None) -> None:
+    def add(self, op_type: str, weight: list[int] | None, *, per_pair: bool = False) -> None:
+        """Count one node: a weight MatMul per token (per pair when `per_pair`: its input is one
+        row per pair), a weight Gemm per pair, a MatMul of two activations as attention's."""
         if op_type not in ("MatMul", "Gemm"):
             return
         if weight is None:
@@ -67,7 +70,7 @@ class GemmFlops:
             return
         self.hidden = self.hidden or int(weight[0])
         flops = 2.0 * float(np.prod(weight))
-        if op_type == "MatMul":
+        if op_type == "MatMul" and not per_pair:
             self.per_token += flops
         else:
             self.per_pair += flops
@@ -75,7 +78,7 @@ class GemmFlops:
     def int8_share(self, tokens: int) -> float:
         total = (self.per_pair + self.per_token * tokens
                  + self.activation_products * 2.0 * tokens * tokens * self.hidden)
-        return self.int8_per_token * tokens / total if total else 0.0
+        return (self.int8_per_token * tokens - self.float_first_row) / total if total else 0.0
 
     def share_record(self) -> dict[str, Any]:
         """The manifest's ``int8_gemm_flops_share``: the int8 share at FLOP_SHARE_TOKENS."""

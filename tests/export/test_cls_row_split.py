@@ -1,0 +1,123 @@
+"""Position 0 split off before OpenVINO static int8, on the tiny reranker: the rewrite is exact in
+fp32, carries the halves through the feed-forward block, leaves the pruned last layer whole, and
+the int8 IR keeps position 0 float."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxrank.engine.runtime import open_model_file
+from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, split_cls_row
+from onnxrank.export.quantize import ffn_down_projections, head_projections
+from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+
+# a random tiny model has no massive [CLS] activations; ratio 0 splits every MatMul that sees
+# every position
+EVERY_MATMUL = 0.0
+
+
+def _weight_matmuls(path: Path) -> list[str]:
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    return [node.name for node in graph.node if node.op_type == "MatMul" and node.input[1] in weights]
+
+
+def test_the_split_graph_scores_as_the_fp32_graph(
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
+    fp32 = tiny_model_dir / "model.onnx"
+    head = head_projections(fp32)
+    out = tmp_path / "split.onnx"
+    done = split_cls_row(fp32, out, calibration=calibration, ratio=EVERY_MATMUL, skip=head)
+    matmuls = [name for name in _weight_matmuls(fp32) if name not in head]
+    # the tiny model's last layer is pruned to [CLS] (onnxrank.export.prune): its query, attention
+    # output and feed-forward products see one row per pair; its keys and values every row
+    assert done.first_row_only and all("layer.1/" in name for name in done.first_row_only)
+    assert sorted(done.split + done.first_row_only) == sorted(matmuls)
+    assert any("layer.1/" in name and "key" in name for name in done.split)
+    graph = onnx.load(str(out)).graph
+    nodes = {node.name: node for node in graph.node}
+    producer = {output: node for node in graph.node for output in node.output}
+    for name in done.split:
+        assert nodes[name].input[0].endswith("/rest_rows")
+        assert nodes[name + SIDE_PATH_SUFFIX].input[0].endswith("/first_rows")
+    # no join inside the first layer's feed-forward block: its down-projection reads the rest
+    # rows of the GELU, not a slice of a joined tensor
+    down = next(name for name in ffn_down_projections(fp32) if "layer.0/" in name)
+    assert producer[nodes[down].input[0]].op_type != "Slice"
+    assert not (tmp_path / f".probe-{out.name}").exists()
+
+    plain = open_model_file(fp32, precision="fp32", threads=1).run(validation_batch)
+    rewritten = open_model_file(out, precision="fp32", threads=1).run(validation_batch)
+    np.testing.assert_allclose(rewritten, plain, atol=1e-5, rtol=0)
+
+
+def test_the_ratio_picks_the_matmuls_whose_range_position_0_sets(
+        tiny_model_dir: Path, calibration: list, tmp_path: Path) -> None:
+    fp32 = tiny_model_dir / "model.onnx"
+    every = split_cls_row(fp32, tmp_path / "every.onnx", calibration=calibration,
+                          ratio=EVERY_MATMUL, skip=())
+    none = split_cls_row(fp32, tmp_path / "none.onnx", calibration=calibration, ratio=1e6, skip=())
+    assert none.split == [] and none.first_row_only == every.first_row_only
+    # with nothing split the graph is the input's, node for node
+    assert ([node.op_type for node in onnx.load(str(tmp_path / "none.onnx")).graph.node]
+            == [node.op_type for node in onnx.load(str(fp32)).graph.node])
+
+
+def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
+    import openvino
+
+    fp32 = tiny_model_dir / "model.onnx"
+    out = tmp_path / "model_ov_int8.xml"
+    record = quantize_openvino_int8(
+        fp32_path=fp32, out_path=out, calibration=calibration, layers=2,
+        settings=OvInt8Settings(fp32_head=True, cls_row_ratio=EVERY_MATMUL))
+    split = record["float_cls_row"]
+    assert split["ratio"] == EVERY_MATMUL and split["split"] and split["first_row_only"]
+    sides = [name + SIDE_PATH_SUFFIX for name in split["split"]]
+    assert set(sides + split["first_row_only"]) <= set(record["nodes_kept_fp32"])
+    model = openvino.Core().read_model(str(out))
+    quantized = {op.get_friendly_name() for op in model.get_ops()
+                 if op.get_type_name() == "MatMul"
+                 and any(port.get_source_output().get_node().get_type_name() == "FakeQuantize"
+                         for port in op.inputs())}
+    assert set(split["split"]) <= quantized
+    assert not quantized & set(sides + split["first_row_only"])
+    # position 0 and the pruned layer's one-row products stay float: less int8 than the plain rung
+    plain = quantize_openvino_int8(fp32_path=fp32, out_path=tmp_path / "plain.xml", layers=2,
+                                   calibration=calibration, settings=OvInt8Settings(fp32_head=True))
+    assert plain["float_cls_row"] is None
+    shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain)]
+    assert 0 < shares[0] < shares[1], shares
+    assert not list(tmp_path.glob(".ov-int8-*"))
+    scores = open_model_file(out, backend="openvino", precision="int8", threads=1).run(
+        validation_batch)
+    reference = open_model_file(fp32, precision="fp32", threads=1).run(validation_batch)
+    assert np.corrcoef(scores[:, 0], reference[:, 0])[0, 1] > 0.9
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"cls_row_ratio": -1.0}, "cls_row_ratio must be None or >= 0, got -1.0"),
+    ({"cls_row_ratio": 1.0, "outlier_channel_ratio": 6.0},
+     "cls_row_ratio and outlier_channel_ratio are two rewrites of the same MatMuls; a recipe "
+     "takes one")])
+def test_settings_refuse_a_negative_ratio_and_two_rewrites(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OvInt8Settings(**settings)
+
+
+def test_the_split_refuses_rows_of_one_token_and_a_negative_ratio(
+        tiny_model_dir: Path, calibration: list, tmp_path: Path) -> None:
+    fp32 = tiny_model_dir / "model.onnx"
+    one_token = [{name: value[:, :1] for name, value in calibration[0].items()}]
+    with pytest.raises(ValueError, match=re.escape(
+            "splitting position 0 off needs calibration rows of at least 2 tokens; got none")):
+        split_cls_row(fp32, tmp_path / "split.onnx", calibration=one_token, ratio=1.0, skip=())
+    with pytest.raises(ValueError, match=re.escape("ratio must be >= 0, got -0.5")):
+        split_cls_row(fp32, tmp_path / "split.onnx", calibration=calibration, ratio=-0.5, skip=())
+    assert not list(tmp_path.iterdir())
