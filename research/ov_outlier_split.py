@@ -1,15 +1,17 @@
 """Measures OpenVINO int8 with and without outlier channels split off (docs/export.md, "OpenVINO int8").
 
-A research script, not part of the package: it chose the ladder's rung 2 in
+A research script, not part of the package: it chose the ladder's rung 3 in
 onnxrank.export.quantize_openvino.DEFAULT_OV_INT8_RECIPES. It quantizes ``model.onnx`` as the
 export does (the classification head fp32), with ``--ratio`` the outlier channels of every quantized
 weight MatMul split off into fp32 (onnxrank.export.outlier_split) and with ``--down-fp32`` every
-feed-forward down-projection in fp32, saves the IR at ``--out``, and prints the fidelity on the
-tuning part (what the ladder chooses by) and the held-out part (reported only) against onnxruntime
-fp32. Time the saved files with research/int8_speed.py. Run from the repository root::
+feed-forward down-projection in fp32, or with ``--rung N`` as the ladder's rung N does, saves the IR
+at ``--out``, and prints the fidelity on the tuning part (what the ladder chooses by) and the
+held-out part (reported only) against onnxruntime fp32. Time the saved files with
+research/int8_speed.py. Run from the repository root::
 
     python research/ov_outlier_split.py --model-dir models/minilm-standin --ratio 6 --down-fp32 \\
         --out /tmp/split-down.xml
+    python research/ov_outlier_split.py --model-dir models/minilm-standin --rung 2 --out /tmp/rung2.xml
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from pathlib import Path
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import load_model_spec
-from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+from onnxrank.export.quantize_openvino import (
+    DEFAULT_OV_INT8_RECIPES,
+    OvInt8Settings,
+    quantize_openvino_int8,
+)
 from onnxrank.export.tasks import export_task
 from onnxrank.export.validate import (
     compare,
@@ -38,6 +44,8 @@ def main() -> None:
                         help="split off channels whose max exceeds RATIO x the median channel's")
     parser.add_argument("--down-fp32", action="store_true",
                         help="keep every feed-forward down-projection in fp32")
+    parser.add_argument("--rung", type=int, choices=range(1, len(DEFAULT_OV_INT8_RECIPES) + 1),
+                        default=None, help="quantize as the ov_int8 ladder's rung N instead")
     parser.add_argument("--out", type=Path, required=True, help="IR to write (.xml)")
     args = parser.parse_args()
     spec = load_model_spec(args.model_dir)
@@ -52,19 +60,25 @@ def main() -> None:
     fp32 = open_model_file(fp32_path, precision="fp32")
     rows = [{key: feeds[key] for key in fp32.input_names}
             for feeds in encode(load_calibration_pairs()).single_rows()]
-    settings = OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=layers if args.down_fp32 else 0,
-                              outlier_channel_ratio=args.ratio)
+    if args.rung is not None and (args.ratio is not None or args.down_fp32):
+        parser.error("--rung takes its rung's settings: not with --ratio or --down-fp32")
+    settings = (DEFAULT_OV_INT8_RECIPES[args.rung - 1] if args.rung is not None else
+                OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=layers if args.down_fp32 else 0,
+                               outlier_channel_ratio=args.ratio))
     record = quantize_openvino_int8(fp32_path=fp32_path, out_path=args.out, settings=settings,
                                     calibration=rows, layers=layers)
     inputs = encode(load_validation_pairs())
     reference = run_batches(inputs.batches(), fp32.run, len(inputs.rows))
     runner = open_model_file(args.out, backend="openvino", precision="int8")
     metrics = compare(inputs, reference, run_batches(inputs.batches(), runner.run, len(inputs.rows)))
-    split = record["outlier_channels"]
+    split, cls_rows = record["outlier_channels"], record["float_cls_row"]
     channels = "none" if split is None else (
         f"{len(split['channels_per_matmul'])} MatMuls, {sum(split['channels_per_matmul'].values())}")
+    if cls_rows is not None:
+        channels = f"position 0 float in {len(cls_rows['split'])} MatMuls"
     held_out = metrics["held_out"]
-    print(f"| {args.ratio or 'off'} | {channels} | {'fp32' if args.down_fp32 else 'int8'} | "
+    down = "fp32" if settings.fp32_ffn_down_layers else "int8"
+    print(f"| {args.rung or args.ratio or 'off'} | {channels} | {down} | "
           f"{metrics['spearman_per_query_mean']:.4f} | {metrics['top10_overlap']:.3f} | "
           f"{held_out['spearman_per_query_mean']:.4f} | {held_out['top10_overlap']:.3f} |")
 

@@ -1,12 +1,13 @@
-"""Position 0 of every weight MatMul's input split off into a float side path, before static int8.
+"""Position 0 of a weight MatMul's input split off into a float side path, before static int8.
 
 Static int8 (ov_int8) gives each weight MatMul's input one range per tensor. In a BERT-style
 encoder the first token ([CLS] / ``<s>``) carries massive activations: on the stand-in
 (all-MiniLM-L6-v2's encoder), per-token max |input| over 64 calibration pairs is 28.3 for [CLS]
 against a median token's 3.7 at layer 0's feed-forward up-projection, and 24.6 against 3.2 at its
-down-projection, in every layer up to the fourth. So the row the head reads sets the step of
-every other token's int8 grid, and then is rounded on that grid itself. `split_cls_row` rewrites
-each such MatMul as
+down-projection; [CLS] is the largest row at every up-projection and at layers 0-3's
+down-projections. So the row the head reads sets the step of every other token's int8 grid, and
+then is rounded on that grid itself. `split_cls_row` computes each MatMul whose range position 0
+sets as
 
     Concat(X[:, :1] @ W, X[:, 1:] @ W, axis=1)
 

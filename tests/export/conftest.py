@@ -53,3 +53,16 @@ def validation_batch(tiny_model_dir: Path) -> dict[str, np.ndarray]:
     batch."""
     return pad_rows(_encoded(tiny_model_dir, load_validation_pairs(48)),
                     load_model_spec(tiny_model_dir).pad_token_id)
+
+
+@pytest.fixture(scope="module")
+def plain_rung_record(tiny_model_dir: Path, calibration: list,
+                      tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The ov_int8 ladder's first rung (NNCF's defaults, head fp32) on the tiny reranker: its
+    ``quantization`` record, what the rungs that rewrite the graph are compared with."""
+    from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+
+    return quantize_openvino_int8(
+        fp32_path=tiny_model_dir / "model.onnx", layers=2, calibration=calibration,
+        out_path=tmp_path_factory.mktemp("plain-rung") / "plain.xml",
+        settings=OvInt8Settings(fp32_head=True))

@@ -69,7 +69,8 @@ def test_the_ratio_picks_the_matmuls_whose_range_position_0_sets(
 
 
 def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
-        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
+        tmp_path: Path) -> None:
     import openvino
 
     fp32 = tiny_model_dir / "model.onnx"
@@ -89,10 +90,8 @@ def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
     assert set(split["split"]) <= quantized
     assert not quantized & set(sides + split["first_row_only"])
     # position 0 and the pruned layer's one-row products stay float: less int8 than the plain rung
-    plain = quantize_openvino_int8(fp32_path=fp32, out_path=tmp_path / "plain.xml", layers=2,
-                                   calibration=calibration, settings=OvInt8Settings(fp32_head=True))
-    assert plain["float_cls_row"] is None
-    shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain)]
+    assert plain_rung_record["float_cls_row"] is None
+    shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain_rung_record)]
     assert 0 < shares[0] < shares[1], shares
     assert not list(tmp_path.glob(".ov-int8-*"))
     scores = open_model_file(out, backend="openvino", precision="int8", threads=1).run(

@@ -52,7 +52,8 @@ def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
 
 
 def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
-        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
+        tmp_path: Path) -> None:
     import openvino
 
     fp32 = tiny_model_dir / "model.onnx"
@@ -73,8 +74,7 @@ def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
     assert quantized_inputs and not quantized_inputs & set(sides)
     assert set(split["channels_per_matmul"]) <= quantized_inputs
     # the down-projections and outlier channels in fp32 leave less int8 than the plain rung
-    plain = quantize_openvino_int8(fp32_path=fp32, out_path=tmp_path / "plain.xml", layers=2,
-                                   calibration=calibration, settings=OvInt8Settings(fp32_head=True))
+    plain = plain_rung_record
     assert plain["outlier_channels"] is None
     assert not any(name.endswith(SIDE_PATH_SUFFIX) for name in plain["nodes_kept_fp32"])
     shares = [record["int8_gemm_flops_share"]["share"] for record in (record, plain)]
