@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -44,7 +44,8 @@ class ScoreRun:
 
     Attributes:
         scores: Raw logits, in input order (the same values `Reranker.score` returns).
-        token_counts: Tokens per pair (all windows of a pair in max_chunk mode; 0 for a cache hit).
+        token_counts: Tokens per pair (all windows of a pair in max_chunk mode; 0 for a cache hit
+            or a pair repeated earlier in the call, which the model did not see again).
         tokenize_ms: Time spent tokenizing.
         inference_ms: Time spent in model runs (padding included).
         batches: (rows, padded length) of every model run, in run order (for a decoder's
@@ -58,6 +59,23 @@ class ScoreRun:
     inference_ms: float = 0.0
     batches: list[tuple[int, int]] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
+
+    def copy_repeats(self, repeats: dict[int, int]) -> None:
+        """Give each repeated pair (index -> its first occurrence) the first one's score and span."""
+        for index, first in repeats.items():
+            self.scores[index], self.spans[index] = self.scores[first], self.spans[first]
+
+
+def first_occurrences(pairs: Sequence[Pair], indices: Iterable[int]) -> tuple[list[int], dict[int, int]]:
+    """The `indices` whose pair has not occurred before among them, in order, and every other
+    index mapped to the first index of its pair."""
+    first: dict[Pair, int] = {}
+    repeats = {}
+    for index in indices:
+        seen = first.setdefault(pairs[index], index)
+        if seen != index:
+            repeats[index] = seen
+    return list(first.values()), repeats
 
 
 class Reranker(EngineModel[Pair]):
@@ -295,7 +313,8 @@ class Reranker(EngineModel[Pair]):
         return self._encoder.encode(pairs, instruction=instruction)
 
     def _score_pairs(self, pairs: Sequence[Pair], instruction: str | None) -> ScoreRun:
-        """Scores, spans and stage times for all pairs, using the cache when enabled."""
+        """Scores, spans and stage times for all pairs, using the cache when enabled; a pair
+        repeated in the call runs once."""
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
                        token_counts=np.zeros(len(pairs), dtype=np.int64),
                        spans=[None] * len(pairs))
@@ -312,6 +331,7 @@ class Reranker(EngineModel[Pair]):
                     run.scores[index], run.spans[index] = hit
         if not todo:
             return run
+        todo, repeats = first_occurrences(pairs, todo)
         started = time.perf_counter()
         todo_pairs = [pairs[index] for index in todo]
         rows = self._encode(todo_pairs, instruction)
@@ -323,6 +343,7 @@ class Reranker(EngineModel[Pair]):
         for batch, outputs in run_plan(plan, self._run, finite=self._finite):
             self._merge(rows, batch, outputs, todo, run)
         run.inference_ms = (time.perf_counter() - started) * 1000
+        run.copy_repeats(repeats)
         if self._cache is not None:
             for index in todo:
                 self._cache.put(keys[index], (float(run.scores[index]), run.spans[index]))
@@ -330,23 +351,31 @@ class Reranker(EngineModel[Pair]):
 
     def _score_until(self, pairs: Sequence[Pair], deadline_ms: float,
                      instruction: str | None) -> tuple[ScoreRun, np.ndarray]:
-        """Score in input order until the deadline; also returns which pairs got every row scored."""
+        """Score in input order until the deadline (a repeated pair runs once); also returns
+        which pairs got every row scored."""
         gate = DeadlineGate.after(deadline_ms)
         run = ScoreRun(scores=np.full(len(pairs), -np.inf, dtype=np.float32),
                        token_counts=np.zeros(len(pairs), dtype=np.int64),
                        spans=[None] * len(pairs))
-        rows = self._encode(pairs, instruction)
+        distinct, repeats = first_occurrences(pairs, range(len(pairs)))
+        distinct_pairs = [pairs[index] for index in distinct]
+        rows = self._encode(distinct_pairs, instruction)
         rows_done = np.zeros(len(pairs), dtype=np.int64)
-        rows_total = np.bincount([row.item_index for row in rows], minlength=len(pairs))
-        everything = list(range(len(pairs)))
-        for batch, outputs in run_plan(self._pair_plan(rows, pairs, sort_by_length=False),
+        rows_total = np.zeros(len(pairs), dtype=np.int64)
+        for row in rows:
+            rows_total[distinct[row.item_index]] += 1
+        for batch, outputs in run_plan(self._pair_plan(rows, distinct_pairs, sort_by_length=False),
                                        self._run, finite=self._finite,
                                        stop_before=gate.stop_before):
             gate.ran(batch)
-            self._merge(rows, batch, outputs, everything, run)
+            self._merge(rows, batch, outputs, distinct, run)
             for row_index in batch.rows:
-                rows_done[rows[row_index].item_index] += 1
-        return run, rows_done == rows_total
+                rows_done[distinct[rows[row_index].item_index]] += 1
+        run.copy_repeats(repeats)
+        scored = rows_done == rows_total
+        for index, first in repeats.items():
+            scored[index] = scored[first]
+        return run, scored
 
     def _pair_plan(self, rows: Sequence[EncodedRow], pairs: Sequence[Pair], *,
                    sort_by_length: bool) -> RowPlan:

@@ -125,9 +125,12 @@ class BuiltVariant:
     extra_files: tuple[str, ...] = ()
 
     def attempts(self) -> dict[str, Any]:
-        """The ladder attempts it made, as a failed_variants entry's ``attempts`` (or nothing)."""
+        """The ladder attempts it made, as a failed_variants entry's ``attempts`` (or nothing),
+        with the rung its ladder kept when that was not the last (``kept_attempt``,
+        ``kept_because``)."""
         quantization = self.quantization or {}
-        return {"attempts": quantization["attempts"]} if "attempts" in quantization else {}
+        return {key: quantization[key] for key in ("attempts", "kept_attempt", "kept_because")
+                if key in quantization}
 
 
 class VariantFailed(Exception):

@@ -4,20 +4,21 @@ with the PyTorch reference, and check the fidelity thresholds."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxrank.engine.backends.base import ModelRunner
 from onnxrank.engine.batching import plan_batches
 from onnxrank.engine.execution import RowPlan, run_in_order
 from onnxrank.engine.prefix import PrefixGraph, plan_prefix_batches, run_with_prefix
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.variants import VARIANTS, RunAs
-from onnxrank.errors import ExportError, InferenceError, MissingDependencyError, ModelLoadError
-from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
+from onnxrank.errors import ExportError, InferenceError, ModelLoadError
+from onnxrank.export.context import BuiltVariant, ExportContext, Progress, VariantFailed
 from onnxrank.export.fidelity import FidelityThresholds
 from onnxrank.export.validate import (
     BATCH_ROW_TOKENS,
@@ -111,59 +112,61 @@ def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],
             **attempt_metrics(metrics)}
 
 
-def bf16_record(context: ExportContext, path: Path, *, precision: str,
-                key: str) -> tuple[dict[str, Any], np.ndarray | None]:
-    """One OpenVINO file compiled with INFERENCE_PRECISION_HINT=bf16 (model.onnx as ``bf16``, the
-    int8 IR as ``int8+bf16``), gated like int8 (it is not bit-faithful either): the record its
-    variant's fidelity stores under `key`, and the outputs (None when it could not be opened)."""
-    try:
-        runner = open_model_file(path, backend="openvino", precision=precision)
-    except (ValueError, ImportError, ModelLoadError) as err:
-        return {"validated": False, "passed": False, "reason": str(err)}, None
-    inputs = context.inputs
-    outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
-    metrics = compare(inputs, context.reference, outputs)
-    failures = threshold_failures(context.task, key, metrics, context.thresholds)
-    metrics.update({
-        "validated": True, "validated_on": f"openvino {runner.info.provider}, "
-        "INFERENCE_PRECISION_HINT=bf16", "passed": not failures, "failures": failures,
-        "thresholds": threshold_text(context.task, key, context.thresholds)})
-    return metrics, outputs
-
+# scores a variant's file, opened one way, against the reference: its metrics, its threshold
+# misses under the run's fidelity key (the second argument) and its outputs (None where the
+# caller keeps none)
+MeasureRun = Callable[[ModelRunner, str], tuple[dict[str, Any], list[str], "np.ndarray | None"]]
 
 # a bf16 way of running a variant's file: the run, its fidelity record, its outputs (None when
 # the file could not be opened that way)
 BF16Run = tuple[RunAs, dict[str, Any], "np.ndarray | None"]
 
 
-def bf16_runs(context: ExportContext, variant: str, *,
-              measured: Collection[str] = ()) -> dict[str, BF16Run]:
-    """Each bf16 precision that runs `variant`'s file under a record of its own (its facts'
-    runs_as with a fidelity key, not in `measured`), by that key: the run, its record and its
-    outputs. On a CPU without BF16 (or without OpenVINO) the record says why it was not
-    validated."""
-    from onnxrank.engine.backends.openvino import cpu_capabilities
-
+def measured_bf16_runs(variant: str, path: Path, measure: MeasureRun, *, task: ExportTask,
+                       thresholds: FidelityThresholds, progress: Progress,
+                       measured: Collection[str] = ()) -> dict[str, BF16Run]:
+    """Each bf16 precision that runs `variant`'s file at `path` under a record of its own (its
+    facts' runs_as with a fidelity key, not in `measured`), by that key: the run, its record and
+    its outputs. The file is opened as the engine opens it (OpenVINO's CPU plugin with
+    INFERENCE_PRECISION_HINT=bf16: model.onnx as ``bf16``, the int8 IR as ``int8+bf16``) and
+    gated like int8 (it is not bit-faithful either); where the engine could not open it so here
+    (a CPU without BF16, no openvino) the record says the engine's reason and is not validated,
+    so ``precision="auto"`` never picks that run."""
     runs: dict[str, BF16Run] = {}
     for run in VARIANTS[variant].runs_as:
         key = run.fidelity_key
         if key is None or key in measured:
             continue
-        context.progress.step(f"validate {variant} with bf16")
+        progress.step(f"validate {variant} with {run.precision}")
         try:
-            capabilities = cpu_capabilities()
-        except MissingDependencyError as err:  # an optional record: the variant itself passed
+            runner = open_model_file(path, backend=run.backend, precision=run.precision)
+        except (ValueError, ImportError, ModelLoadError) as err:
             runs[key] = run, {"validated": False, "passed": False, "reason": str(err)}, None
             continue
-        if "BF16" not in capabilities:
-            runs[key] = run, {
-                "validated": False, "passed": False,
-                "reason": "the CPU reports no BF16 (OpenVINO's CPU capabilities: "
-                          f"{', '.join(capabilities)}); validate on a CPU with AVX-512 BF16 or AMX"}, None
-            continue
-        runs[key] = run, *bf16_record(context, context.paths[variant], precision=run.precision,
-                                      key=key)
+        metrics, failures, outputs = measure(runner, key)
+        runs[key] = run, {
+            **metrics, "validated": True,
+            "validated_on": f"{runner.info.backend} {runner.info.provider}, "
+                            "INFERENCE_PRECISION_HINT=bf16",
+            "passed": not failures, "failures": failures,
+            "thresholds": threshold_text(task, key, thresholds)}, outputs
     return runs
+
+
+def bf16_runs(context: ExportContext, variant: str, *,
+              measured: Collection[str] = ()) -> dict[str, BF16Run]:
+    """`measured_bf16_runs` of a variant this export built (context.paths), on the validation
+    rows: its logits against the reference."""
+
+    def measure(runner: ModelRunner, key: str) -> tuple[dict[str, Any], list[str], np.ndarray]:
+        inputs = context.inputs
+        outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
+        metrics = compare(inputs, context.reference, outputs)
+        return metrics, threshold_failures(context.task, key, metrics, context.thresholds), outputs
+
+    return measured_bf16_runs(variant, context.paths[variant], measure, task=context.task,
+                              thresholds=context.thresholds, progress=context.progress,
+                              measured=measured)
 
 
 def threshold_text(task: ExportTask, variant: str, thresholds: FidelityThresholds) -> dict[str, str]:

@@ -27,18 +27,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.engine.backends.base import ModelRunner
 from onnxrank.engine.late_interaction import query_plan, token_vectors
 from onnxrank.engine.late_rows import LateInteractionEncoder
 from onnxrank.engine.maxsim import maxsim
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import ModelSpec, VariantSpec, sha256_file, write_manifest
-from onnxrank.engine.variants import VARIANTS, RunAs
-from onnxrank.errors import ExportError, FidelityError, ModelLoadError
+from onnxrank.engine.variants import VARIANTS
+from onnxrank.errors import ExportError, FidelityError
 from onnxrank.export.colbert_checkpoint import TASK, Projection, read_layout, row_settings
 from onnxrank.export.context import SCRATCH_DIR, TOKENIZER_FILE, first_line, package_versions
 from onnxrank.export.families import family_for
 from onnxrank.export.fidelity import score_metrics
-from onnxrank.export.gate import threshold_text
+from onnxrank.export.gate import measured_bf16_runs
 from onnxrank.export.onnx import export_module
 from onnxrank.export.quantize import distinct_recipes, quantize_int8
 from onnxrank.export.standin import STANDIN_MARKER
@@ -65,9 +66,8 @@ OUTPUT_NAME = "token_vectors"
 BUILT_VARIANTS = ("fp32", "int8")
 RUN_BATCH = 16
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
-# a file's fidelity (metrics, threshold misses) judged as a variant or a fidelity key, run as
-# the RunAs (None: onnxruntime fp32)
-Gate = Callable[[Path, str, "RunAs | None"], tuple[dict[str, Any], list[str]]]
+# a file's fidelity (metrics, threshold misses) judged as the variant named, run on onnxruntime
+Gate = Callable[[Path, str], tuple[dict[str, Any], list[str]]]
 
 
 def token_vector_graph(model: Any, projections: Sequence[Projection],
@@ -174,15 +174,14 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
 
     reference = pair_scores(run_reference, encoder, pairs, pad_id)
 
-    def gate(path: Path, variant: str, run: RunAs | None) -> tuple[dict[str, Any], list[str]]:
-        runner = open_model_file(path) if run is None else open_model_file(
-            path, backend=run.backend, precision=run.precision)
+    def gate(path: Path, variant: str) -> tuple[dict[str, Any], list[str]]:
+        runner = open_model_file(path)
         scores = pair_scores(runner.run, encoder, pairs, pad_id)
         fidelity, failures = _fidelity(request, variant, reference, scores, validation)
         return {**fidelity, "validated_on": f"{runner.info.backend} {runner.info.provider}"}, failures
 
     progress.step("validate fp32")
-    fidelity, failures = gate(fp32_path, "fp32", None)
+    fidelity, failures = gate(fp32_path, "fp32")
     if failures:
         raise FidelityError("the fp32 token-vector graph failed validation against the PyTorch "
                             f"reference: {'; '.join(failures)}. Nothing was written")
@@ -200,9 +199,15 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
             logger.warning("variant int8 left out: %s", outcome["reason"])
         else:
             built["int8"] = (outcome["fidelity"], outcome["quantization"])
+
+    def measure(runner: ModelRunner, key: str) -> tuple[dict[str, Any], list[str], None]:
+        return *_fidelity(request, key, reference, pair_scores(runner.run, encoder, pairs, pad_id),
+                          validation), None
+
     for variant, (variant_fidelity, _) in built.items():
-        variant_fidelity.update(_bf16_records(variant, scratch / VARIANTS[variant].file, gate,
-                                              request, progress))
+        runs = measured_bf16_runs(variant, scratch / VARIANTS[variant].file, measure, task=RERANK,
+                                  thresholds=request.thresholds, progress=progress)
+        variant_fidelity.update({key: record for key, (_, record, _) in runs.items()})
     progress.step("manifest")
     variants = {}
     for variant in (variant for variant in request.variants if variant in built):
@@ -262,33 +267,6 @@ def _fidelity(request: ExportRequest, variant: str, reference: np.ndarray, score
     return fidelity, threshold_failures(RERANK, variant, fidelity, request.thresholds)
 
 
-def _bf16_records(variant: str, path: Path, gate: Gate, request: ExportRequest,
-                  progress: Progress) -> dict[str, dict[str, Any]]:
-    """The record of each bf16 precision that runs `variant`'s file under a fidelity key of its
-    own (engine.variants: OpenVINO bf16 on model.onnx), in the shape the cross-encoder's export
-    writes (onnxrank.export.gate.bf16_record) and engine.runtime.gate_refusal reads: metrics,
-    ``passed`` and ``failures`` against the int8 ranking thresholds. Where the engine cannot
-    run that precision here (no BF16 in OpenVINO's CPU capabilities, no openvino) the record
-    says why and is not validated, so ``auto`` never picks it."""
-    records = {}
-    for run in VARIANTS[variant].runs_as:
-        key = run.fidelity_key
-        if key is None:
-            continue
-        progress.step(f"validate {variant} with {run.precision}")
-        try:
-            fidelity, failures = gate(path, key, run)
-        except (ValueError, ImportError, ModelLoadError) as err:
-            records[key] = {"validated": False, "passed": False, "reason": str(err)}
-            continue
-        records[key] = {
-            **fidelity, "validated": True,
-            "validated_on": f"{fidelity['validated_on']}, INFERENCE_PRECISION_HINT=bf16",
-            "passed": not failures, "failures": failures,
-            "thresholds": threshold_text(RERANK, key, request.thresholds)}
-    return records
-
-
 def _int8(request: ExportRequest, fp32_path: Path, out_path: Path, layers: int,
           gate: Gate) -> dict[str, Any]:
     """The first int8 recipe that passes the gate ({"fidelity", "quantization"}), else the
@@ -306,7 +284,7 @@ def _int8(request: ExportRequest, fp32_path: Path, out_path: Path, layers: int,
                 attempts.append({"method": settings.method,
                                  "reason": "no node of the graph was quantized"})
                 continue
-            fidelity, failures = gate(out_path, "int8", None)
+            fidelity, failures = gate(out_path, "int8")
         except (ImportError, KeyboardInterrupt):
             raise
         except Exception as err:

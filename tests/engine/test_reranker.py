@@ -285,6 +285,30 @@ def test_generous_deadline_equals_plain_rerank(fp32: Reranker) -> None:
     assert fp32.rerank(QUERY, DOCUMENTS, deadline_ms=60_000) == fp32.rerank(QUERY, DOCUMENTS)
 
 
+@pytest.mark.parametrize("deadline_ms", [None, 60_000.0])
+def test_a_repeated_pair_runs_once_and_gets_its_first_score(tiny_model_dir: Path,
+                                                           deadline_ms: float | None) -> None:
+    reranker = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32")
+    rows_run = []
+    run = reranker._runner.run
+
+    def counting_run(feeds):  # type: ignore[no-untyped-def]
+        rows_run.append(len(feeds["input_ids"]))
+        return run(feeds)
+
+    reranker._runner.run = counting_run  # type: ignore[method-assign]
+    distinct = DOCUMENTS[:4]
+    documents = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[1], distinct[3]]
+    ranked = reranker.rerank(QUERY, documents, deadline_ms=deadline_ms)
+    assert sum(rows_run) == len(distinct)  # no window splits among these four
+    by_index = {document.index: document for document in ranked}
+    assert all(document.reranked for document in ranked) and len(by_index) == len(documents)
+    assert by_index[2].score == by_index[0].score and by_index[4].score == by_index[1].score
+    alone = {document.index: document.score for document in reranker.rerank(QUERY, distinct)}
+    assert [by_index[index].score for index in (0, 1, 3, 5)] == [alone[0], alone[1], alone[2],
+                                                               alone[3]]
+
+
 def test_cache_hits_skip_tokenization_and_inference(tiny_model_dir: Path, fp32: Reranker) -> None:
     cached = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32", cache_size=100)
     calls = {"encode": 0, "run": 0}
@@ -439,7 +463,9 @@ def test_score_detailed_reports_what_ran(fp32: Reranker) -> None:
 def test_each_runtime_plans_with_its_own_per_run_charge(tiny_model_dir: Path) -> None:
     # rows of two padded lengths: onnxruntime (no per-run charge) runs each length apart, OpenVINO
     # (every run costs it cpu_run_overhead_tokens) pads the shorter rows into the longer run
-    pairs = [(QUERY, "wing " * words) for words in [20] * 5 + [28] * 5]
+    # distinct pairs (a repeated pair runs once): a one-digit suffix keeps each group's lengths
+    pairs = [(f"{QUERY} {digit}", "wing " * words)
+             for digit, words in enumerate([20] * 5 + [28] * 5)]
     onnxruntime = Reranker.from_dir(tiny_model_dir, **ON_CPU, precision="fp32")
     openvino = Reranker.from_dir(tiny_model_dir, device="cpu", backend="openvino",
                                  precision="fp32")

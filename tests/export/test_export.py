@@ -597,11 +597,11 @@ def test_openvino_int8_ladder_and_the_nodes_it_keeps_fp32(tiny_model_dir: Path) 
     assert [(r.fp32_head, r.fp32_ffn_up_layers, r.fp32_ffn_down_layers, r.outlier_channel_ratio,
              r.cls_row_ratio, r.fp32_attention_products) for r in rungs] == [
         (True, 0, 0, None, None, False), (True, 0, 0, None, 1.0, False),
-        (True, 0, 2, 6.0, None, False), (True, 2, 2, None, None, False),
-        (True, 2, 2, None, None, True)]
+        (True, 0, 2, None, 1.0, False), (True, 0, 2, 6.0, None, False),
+        (True, 2, 2, None, None, False), (True, 2, 2, None, None, True)]
     # an embedder has no head to keep
     assert [r.fp32_head for r in distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=EMBEDDING,
-                                                     layers=2)] == [False] * 5
+                                                     layers=2)] == [False] * 6
     with pytest.raises(ValueError, match=re.escape("fp32_ffn_down_layers must be an int >= 0, got -2")):
         OvInt8Settings(fp32_ffn_down_layers=-2)
     with pytest.raises(ValueError, match=re.escape(

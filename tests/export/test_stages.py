@@ -58,7 +58,10 @@ class _Progress:
 
 
 def _context(**fields: Any) -> Any:
-    return SimpleNamespace(task=RERANK, progress=_Progress(), inputs=None, **fields)
+    """An export context without a model: each variant's file where no step writes it."""
+    defaults = {"task": RERANK, "progress": _Progress(), "inputs": None, "thresholds": None,
+                "paths": {name: Path(facts.file) for name, facts in VARIANTS.items()}}
+    return SimpleNamespace(**{**defaults, **fields})
 
 
 def _fake_validation(monkeypatch: pytest.MonkeyPatch, spearmans: list[float]) -> None:
@@ -84,6 +87,53 @@ def test_the_ladder_stops_at_the_first_rung_that_passes(monkeypatch: pytest.Monk
     assert built.quantization["recipe"] == "b"
     assert built.fidelity == {"spearman": 0.95, "part": "tuning", "batch": 0.0}
     assert context.progress.steps == ["int8 recipe 1 of 3", "int8 recipe 2 of 3"]
+
+
+def _ov_int8_ladder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, files: list[float],
+                    bf16: list[float]) -> tuple[BuiltVariant, Path]:
+    """The ov_int8 ladder over rungs "a", "b", "c": each writes its name into the IR's two files;
+    its file measures the next of `files`, and each file that passes has an int8+bf16 run that
+    measures the next of `bf16`."""
+    _fake_validation(monkeypatch, files)
+    measured = iter(bf16)
+    run = next(run for run in VARIANTS["ov_int8"].runs_as if run.fidelity_key)
+    monkeypatch.setattr(ladder, "bf16_runs", lambda context, variant: {
+        run.fidelity_key: (run, {"validated": True, "spearman": next(measured)}, None)})
+    path = tmp_path / VARIANTS["ov_int8"].file
+
+    def quantize(recipe: str) -> dict[str, Any]:
+        for name in (path.name, *VARIANTS["ov_int8"].extra_files):
+            (tmp_path / name).write_text(recipe)
+        return {"recipe": recipe, "quantized_nodes": 3}
+
+    rungs = [Rung(recipe, lambda recipe=recipe: quantize(recipe), batch_dependent=False)
+             for recipe in ("a", "b", "c")]
+    return run_ladder(_context(paths={"ov_int8": path}), "ov_int8", rungs), tmp_path
+
+
+def test_when_no_rung_passes_with_its_bf16_run_the_first_whose_file_did_is_kept(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a: its file passes, its bf16 run misses; b: its file misses; c: as a
+    built, folder = _ov_int8_ladder(monkeypatch, tmp_path, [0.95, 0.5, 0.97], [0.5, 0.6])
+    quantization = built.quantization
+    assert [attempt["passed_on_tuning"] for attempt in quantization["attempts"]] == [False] * 3
+    assert (quantization["recipe"], quantization["kept_attempt"]) == ("a", 1)
+    assert quantization["kept_because"] == ladder.KEPT_WITHOUT_BF16
+    assert built.fidelity["spearman"] == 0.95
+    assert built.fidelity["openvino_int8_bf16"] == {"validated": True, "spearman": 0.5}
+    # rung a's files are back in place, c's are gone, nothing is left set aside
+    assert {path.name: path.read_text() for path in folder.iterdir()} == {
+        "model_ov_int8.xml": "a", "model_ov_int8.bin": "a"}
+
+
+def test_a_later_rung_that_passes_with_its_bf16_run_wins_over_a_set_aside_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    built, folder = _ov_int8_ladder(monkeypatch, tmp_path, [0.95, 0.97], [0.5, 0.99])
+    assert [attempt["passed_on_tuning"] for attempt in built.quantization["attempts"]] == [
+        False, True]
+    assert built.quantization["recipe"] == "b" and "kept_attempt" not in built.quantization
+    assert {path.name: path.read_text() for path in folder.iterdir()} == {
+        "model_ov_int8.xml": "b", "model_ov_int8.bin": "b"}
 
 
 def test_a_last_rung_that_quantizes_nothing_fails_with_every_attempt(

@@ -70,9 +70,13 @@ def test_bf16_scores_are_within_the_recorded_bound(bert_model_dir: Path) -> None
     pairs = [(pair.query, pair.passage) for pair in load_validation_pairs(int(VALIDATION_PAIRS))]
     ours, exact = bf16.score(pairs), fp32.score(pairs)
     manifest = json.loads((bert_model_dir / "manifest.json").read_text())
-    # both are measured against the same PyTorch reference on these pairs
+    # both are measured against the same PyTorch reference on these pairs, in float64; the
+    # engine returns float32 scores, each rounded by up to half a unit in the last place (the
+    # largest difference sits at the recorded bound to within one: 4e-7 to 1.6e-6 of slack
+    # at scores near 15, where a float32 step is 9.5e-7)
+    rounding = float(np.spacing(np.abs(ours).max()) + np.spacing(np.abs(exact).max())) / 2
     bound = largest_difference(bf16_record(bert_model_dir)) + largest_difference(
-        manifest["variants"]["fp32"]["fidelity"])
+        manifest["variants"]["fp32"]["fidelity"]) + rounding
     difference = float(np.abs(ours - exact).max())
     assert 0 < difference <= bound, f"bf16 against fp32: {difference} (recorded bound {bound})"
     auto = Reranker.from_dir(bert_model_dir, device="cpu", backend="openvino", precision="auto")
