@@ -112,10 +112,11 @@ class OvInt8Settings:
 #    but its int8+bf16 run reads 0.925 and its held-out short lists 0.920 (docs/export.md,
 #    "Position 0 in float"). SmoothQuant off: on the split graph it moved no score and costs a
 #    calibration pass.
-# 3. Rung 2 with every feed-forward down-projection in fp32 (their inputs, the GELU's outputs,
-#    carry the outliers position 0 does not explain): 60% of the stand-in's GEMM FLOPs int8. On
+# 3. Rung 2 with every feed-forward down-projection in fp32 (on the stand-in neither their outlier
+#    channels nor the top layers' alone explain the rest of the loss; results/export-runs.md):
+#    60% of the stand-in's GEMM FLOPs int8. On
 #    the stand-in both its runs pass on both parts (top-10 0.95-0.975) where rung 2's int8+bf16
-#    run misses short lists (0.925); on `amx` it runs int8+bf16 at 0.86-0.90x of OpenVINO bf16.
+#    run misses short lists (0.925); on `amx` it runs int8+bf16 at 0.72-0.81x of OpenVINO bf16.
 # 4. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
 #    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 6:
 #    32%). On the stand-in its int8 run passes (per-query Spearman 0.984) where the same without
