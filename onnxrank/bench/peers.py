@@ -5,7 +5,8 @@ In this process, beside onnxrank (their packages install without changing any of
 - ``ct2``: CTranslate2 int8. ``TransformersConverter`` converts the checkpoint's encoder (it knows
   BertModel, not the classification head), the head (pooler output -> logits) runs in numpy; pairs
   are sorted by length and scored in batches of 32 with the best int8 compute type the CPU has.
-- ``flashrank``: FlashRank's ``Ranker`` on our int8 file. It only loads its own model names from
+- ``flashrank``: FlashRank's ``Ranker`` on our int8 file (where the export's gate left it out,
+  onnxruntime's dynamic int8 of ``model.onnx``, written for it). It only loads its own model names from
   ``cache_dir/<name>/<file>`` and downloads them when absent; a directory of links under its
   int8 MiniLM entry's name makes it load ours, offline. One session.run per query (its way), its
   onnxruntime session without a thread setting (its way too: every core).
@@ -40,6 +41,7 @@ from onnxrank.bench import peer_worker
 from onnxrank.bench.baselines import checkpoint_dir
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.errors import DeviceUnavailableError, MissingDependencyError, ModelLoadError
+from onnxrank.export.quantize import Int8Settings, quantize_int8
 from onnxrank.types import Pair, Scores
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ CT2_COMPUTE_TYPES = ("int8", "int8_float32")
 # FlashRank's int8 MiniLM cross-encoder: the name and file Ranker expects under cache_dir
 FLASHRANK_MODEL = "ms-marco-MiniLM-L-12-v2"
 FLASHRANK_FILES = ("tokenizer.json", "config.json", "special_tokens_map.json", "tokenizer_config.json")
+# the file written for FlashRank where the export kept no int8 variant
+FLASHRANK_DYNAMIC_FILE = "dynamic_int8.onnx"
 ONNX_SKIP_REASON = (
     "sentence-transformers on ONNX with export_dynamic_quantized_onnx_model skipped: its extra "
     "(optimum-onnx) takes transformers to 4.57.6, on which sentence-transformers 6 cannot run, "
@@ -154,31 +158,29 @@ class CTranslate2Peer:
 
 
 class FlashRankPeer:
-    """FlashRank's Ranker on our int8 file, loaded offline through a directory of links.
+    """FlashRank's Ranker on an int8 file of the model, loaded offline through a directory of
+    links: the export's `int8` file, or where the export's gate left it out, onnxruntime's dynamic
+    int8 of ``model.onnx`` (the export's dynamic recipe, ungated) written for it.
 
     Raises:
         MissingDependencyError: flashrank is not installed.
         DeviceUnavailableError: device is not "cpu".
-        ModelLoadError: No int8 variant, or a file FlashRank reads is missing.
+        ModelLoadError: A file FlashRank reads is missing or does not match the manifest.
     """
 
     name = "flashrank"
 
     def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
         _cpu_only(self.name, device)
-        if "int8" not in spec.variants:
-            raise ModelLoadError(f"the FlashRank peer runs the int8 variant; {model_dir} has "
-                                 f"{', '.join(spec.variants)}")
-        verify_files(spec, model_dir, ["int8"])
         flashrank = require("flashrank", extra="bench")
         config = require("flashrank.Config", extra="bench")
         checkpoint = checkpoint_dir(spec, model_dir)
         cache = Path(tempfile.mkdtemp(prefix="onnxrank-bench-flashrank-"))
         weakref.finalize(self, shutil.rmtree, cache, ignore_errors=True)
+        model_file, origin = _flashrank_int8_file(spec, Path(model_dir), cache)
         view = cache / FLASHRANK_MODEL
         view.mkdir()
-        (view / config.model_file_map[FLASHRANK_MODEL]).symlink_to(
-            (Path(model_dir) / spec.variants["int8"].file).resolve())
+        (view / config.model_file_map[FLASHRANK_MODEL]).symlink_to(model_file)
         for name in FLASHRANK_FILES:
             source = checkpoint / name
             if not source.is_file():
@@ -194,10 +196,10 @@ class FlashRankPeer:
         self._request = flashrank.RerankRequest
         self.settings = {
             "runtime": f"FlashRank {getattr(flashrank, '__version__', '0.2')}", "device": "cpu",
-            "precision": "int8", "model_file": str(Path(model_dir) / spec.variants["int8"].file),
+            "precision": "int8", "model_file": str(model_file), "int8_file": origin,
             "threads": "onnxruntime default (every core): Ranker sets none",
             "batching": "one session.run per query, padded to its longest pair"}
-        self.label = "FlashRank Ranker (our int8 file, one batch per query)"
+        self.label = f"FlashRank Ranker ({origin}, one batch per query)"
 
     def score(self, pairs: Sequence[Pair]) -> Scores:
         """Scores of the pairs (its sigmoid of the logit), in input order; one Ranker.rerank per
@@ -214,6 +216,19 @@ class FlashRankPeer:
                 scores[passage["id"]] = passage["score"]
             start = end
         return scores
+
+
+def _flashrank_int8_file(spec: ModelSpec, model_dir: Path, cache: Path) -> tuple[Path, str]:
+    """The int8 file FlashRank runs and where it came from: the export's `int8` variant, else
+    onnxruntime's dynamic int8 of the fp32 graph, written under `cache`."""
+    if "int8" in spec.variants:
+        verify_files(spec, model_dir, ["int8"])
+        return (model_dir / spec.variants["int8"].file).resolve(), "our int8 file"
+    verify_files(spec, model_dir, ["fp32"])
+    out = cache / FLASHRANK_DYNAMIC_FILE
+    quantize_int8(fp32_path=model_dir / spec.variants["fp32"].file, opt_path=None, out_path=out,
+                  settings=Int8Settings("dynamic"))
+    return out, "onnxruntime dynamic int8 of model.onnx, ungated: the export kept no int8 file"
 
 
 class ChildPeer:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
 from onnxrank.bench.fidelity import FIDELITY_TOLERANCES, fidelity, pareto_verdict
 from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved
 from onnxrank.bench.paths import DEFAULT_BUDGETS
-from onnxrank.bench.peers import ChildPeer, CTranslate2Peer, FlashRankPeer
+from onnxrank.bench.peers import FLASHRANK_DYNAMIC_FILE, ChildPeer, CTranslate2Peer, FlashRankPeer
 from onnxrank.bench.report import peer_section
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.errors import MissingDependencyError, ModelLoadError
@@ -83,6 +84,28 @@ def test_flashrank_peer_runs_our_int8_file_offline(tiny_model_dir: Path) -> None
                                precision="int8")
     np.testing.assert_allclose(_logit(scores.astype(np.float64)), engine.score(PAIRS), atol=0.05)
     assert peer.settings["model_file"] == str(tiny_model_dir / spec.variants["int8"].file)
+
+
+def test_flashrank_peer_quantizes_model_onnx_where_the_export_kept_no_int8(
+        tiny_model_dir: Path, tmp_path: Path, fp32_logits: np.ndarray) -> None:
+    import onnx
+
+    model_dir = tmp_path / "no-int8"
+    shutil.copytree(tiny_model_dir, model_dir)
+    manifest = json.loads((model_dir / "manifest.json").read_text(encoding="utf-8"))
+    (model_dir / manifest["variants"].pop("int8")["file"]).unlink()
+    (model_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    peer = FlashRankPeer(load_model_spec(model_dir), model_dir, device="cpu", threads=1)
+    assert peer.settings["int8_file"].startswith("onnxruntime dynamic int8 of model.onnx")
+    written = Path(peer.settings["model_file"])
+    assert written.name == FLASHRANK_DYNAMIC_FILE and not written.is_relative_to(model_dir)
+    ops = {node.op_type for node in onnx.load(str(written)).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    # int8, so near the fp32 logits (within 3% of their spread on the tiny model), same order
+    logits = _logit(peer.score(PAIRS).astype(np.float64))
+    np.testing.assert_allclose(logits, fp32_logits, atol=0.05 * np.ptp(fp32_logits))
+    first = slice(0, len(DOCUMENTS))
+    assert list(np.argsort(logits[first])) == list(np.argsort(fp32_logits[first]))
 
 
 def test_child_peer_scores_through_a_real_child_interpreter(tiny_model_dir: Path,
