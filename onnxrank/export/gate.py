@@ -112,10 +112,9 @@ def attempt_record(quantization: dict[str, Any], metrics: dict[str, Any],
             **attempt_metrics(metrics)}
 
 
-# scores a variant's file, opened one way, against the reference: its metrics, its threshold
-# misses under the run's fidelity key (the second argument) and its outputs (None where the
-# caller keeps none)
-MeasureRun = Callable[[ModelRunner, str], tuple[dict[str, Any], list[str], "np.ndarray | None"]]
+# scores a variant's file, opened one way, against the reference: its metrics and its outputs
+# (None where the caller keeps none)
+MeasureRun = Callable[[ModelRunner], tuple[dict[str, Any], "np.ndarray | None"]]
 
 # a bf16 way of running a variant's file: the run, its fidelity record, its outputs (None when
 # the file could not be opened that way)
@@ -143,7 +142,8 @@ def measured_bf16_runs(variant: str, path: Path, measure: MeasureRun, *, task: E
         except (ValueError, ImportError, ModelLoadError) as err:
             runs[key] = run, {"validated": False, "passed": False, "reason": str(err)}, None
             continue
-        metrics, failures, outputs = measure(runner, key)
+        metrics, outputs = measure(runner)
+        failures = threshold_failures(task, key, metrics, thresholds)
         runs[key] = run, {
             **metrics, "validated": True,
             "validated_on": f"{runner.info.backend} {runner.info.provider}, "
@@ -158,11 +158,10 @@ def bf16_runs(context: ExportContext, variant: str, *,
     """`measured_bf16_runs` of a variant this export built (context.paths), on the validation
     rows: its logits against the reference."""
 
-    def measure(runner: ModelRunner, key: str) -> tuple[dict[str, Any], list[str], np.ndarray]:
+    def measure(runner: ModelRunner) -> tuple[dict[str, Any], np.ndarray]:
         inputs = context.inputs
         outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
-        metrics = compare(inputs, context.reference, outputs)
-        return metrics, threshold_failures(context.task, key, metrics, context.thresholds), outputs
+        return compare(inputs, context.reference, outputs), outputs
 
     return measured_bf16_runs(variant, context.paths[variant], measure, task=context.task,
                               thresholds=context.thresholds, progress=context.progress,

@@ -200,9 +200,9 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
         else:
             built["int8"] = (outcome["fidelity"], outcome["quantization"])
 
-    def measure(runner: ModelRunner, key: str) -> tuple[dict[str, Any], list[str], None]:
-        return *_fidelity(request, key, reference, pair_scores(runner.run, encoder, pairs, pad_id),
-                          validation), None
+    def measure(runner: ModelRunner) -> tuple[dict[str, Any], None]:
+        scores = pair_scores(runner.run, encoder, pairs, pad_id)
+        return _part_metrics(reference, scores, validation), None
 
     for variant, (variant_fidelity, _) in built.items():
         runs = measured_bf16_runs(variant, scratch / VARIANTS[variant].file, measure, task=RERANK,
@@ -250,10 +250,9 @@ def export_into(request: ExportRequest, source: ModelSource, work_dir: Path, nam
     return spec
 
 
-def _fidelity(request: ExportRequest, variant: str, reference: np.ndarray, scores: np.ndarray,
-              validation: Sequence[Any]) -> tuple[dict[str, Any], list[str]]:
-    """The score metrics of both parts (tuning at the top level, held-out under its name) and
-    one message per threshold missed (validate.threshold_failures)."""
+def _part_metrics(reference: np.ndarray, scores: np.ndarray,
+                  validation: Sequence[Any]) -> dict[str, Any]:
+    """The score metrics of both parts: tuning at the top level, held-out under its name."""
     parts = {}
     for part in (TUNING, HELD_OUT):
         members = [index for index, pair in enumerate(validation) if pair.part == part]
@@ -263,6 +262,13 @@ def _fidelity(request: ExportRequest, variant: str, reference: np.ndarray, score
     fidelity = {**parts.get(TUNING, {}), "part": TUNING}
     if HELD_OUT in parts:
         fidelity[HELD_OUT] = parts[HELD_OUT]
+    return fidelity
+
+
+def _fidelity(request: ExportRequest, variant: str, reference: np.ndarray, scores: np.ndarray,
+              validation: Sequence[Any]) -> tuple[dict[str, Any], list[str]]:
+    """`_part_metrics` and one message per threshold missed (validate.threshold_failures)."""
+    fidelity = _part_metrics(reference, scores, validation)
     # judged on scores, as a cross-encoder is
     return fidelity, threshold_failures(RERANK, variant, fidelity, request.thresholds)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from openvino_ir import quantized_matmuls
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, split_cls_row
@@ -71,8 +72,6 @@ def test_the_ratio_picks_the_matmuls_whose_range_position_0_sets(
 def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
         tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
         tmp_path: Path) -> None:
-    import openvino
-
     fp32 = tiny_model_dir / "model.onnx"
     out = tmp_path / "model_ov_int8.xml"
     record = quantize_openvino_int8(
@@ -82,11 +81,7 @@ def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
     assert split["ratio"] == EVERY_MATMUL and split["split"] and split["first_row_only"]
     sides = [name + SIDE_PATH_SUFFIX for name in split["split"]]
     assert set(sides + split["first_row_only"]) <= set(record["nodes_kept_fp32"])
-    model = openvino.Core().read_model(str(out))
-    quantized = {op.get_friendly_name() for op in model.get_ops()
-                 if op.get_type_name() == "MatMul"
-                 and any(port.get_source_output().get_node().get_type_name() == "FakeQuantize"
-                         for port in op.inputs())}
+    quantized = quantized_matmuls(out)
     assert set(split["split"]) <= quantized
     assert not quantized & set(sides + split["first_row_only"])
     # position 0 and the pruned layer's one-row products stay float: less int8 than the plain rung

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from openvino_ir import quantized_matmuls
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
@@ -54,8 +55,6 @@ def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
 def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
         tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
         tmp_path: Path) -> None:
-    import openvino
-
     fp32 = tiny_model_dir / "model.onnx"
     out = tmp_path / "model_ov_int8.xml"
     record = quantize_openvino_int8(
@@ -66,11 +65,7 @@ def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
     sides = [name + SIDE_PATH_SUFFIX for name in split["channels_per_matmul"]]
     assert set(sides) <= set(record["nodes_kept_fp32"])
     # NNCF puts a FakeQuantize on the inputs of the MatMuls it quantizes, never on a side path's
-    model = openvino.Core().read_model(str(out))
-    quantized_inputs = {op.get_friendly_name() for op in model.get_ops()
-                        if op.get_type_name() == "MatMul"
-                        and any(source.get_node().get_type_name() == "FakeQuantize"
-                                for source in (port.get_source_output() for port in op.inputs()))}
+    quantized_inputs = quantized_matmuls(out)
     assert quantized_inputs and not quantized_inputs & set(sides)
     assert set(split["channels_per_matmul"]) <= quantized_inputs
     # the down-projections and outlier channels in fp32 leave less int8 than the plain rung
