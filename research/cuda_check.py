@@ -110,10 +110,10 @@ def cuda_engines(model_dir: Path, device: str, pairs: list[tuple[str, str]],
     io_binding_runs = 0
     plain_run = ort_backend.OnnxruntimeRunner._run_with_io_binding
 
-    def counted(self: Any, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def counted(self: Any, feeds: dict[str, np.ndarray], *rest: Any) -> np.ndarray:
         nonlocal io_binding_runs
         io_binding_runs += 1
-        return plain_run(self, feeds)
+        return plain_run(self, feeds, *rest)
 
     ort_backend.OnnxruntimeRunner._run_with_io_binding = counted  # type: ignore[method-assign]
     variants = load_model_spec(model_dir).variants
@@ -172,6 +172,43 @@ def time_attention_kernels(model_file: Path, mask: str) -> dict[str, Any]:
     return {"sdpa_kernel": mask, "shapes": len(batches), "new_ms": passes[0], "again_ms": passes[1]}
 
 
+TORCH_ATTENTION = ("default", "no_cudnn")
+
+
+def time_torch_attention(checkpoint: Path, setting: str) -> dict[str, Any]:
+    """PyTorch fp16 (transformers' sdpa attention, as sentence-transformers' CrossEncoder runs it)
+    with torch's default attention backends or with cuDNN's left out: milliseconds to run
+    ATTENTION_SHAPES once new and once again, each batch's last row half padding."""
+    import torch
+    import transformers
+
+    if setting == "no_cudnn":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, dtype=torch.float16).to("cuda").eval()
+    generator = torch.Generator().manual_seed(0)
+
+    def batch(rows: int, length: int) -> dict[str, Any]:
+        ids = torch.randint(1000, 20000, (rows, length), generator=generator)
+        mask = torch.ones((rows, length), dtype=torch.int64)
+        mask[-1, length // 2:] = 0
+        return {"input_ids": ids.to("cuda"), "attention_mask": mask.to("cuda")}
+
+    batches = [batch(rows, length) for rows, length in ATTENTION_SHAPES]
+    passes = []
+    with torch.inference_mode():
+        model(**batch(16, 32))
+        for _ in range(2):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for inputs in batches:
+                model(**inputs)
+            torch.cuda.synchronize()
+            passes.append(round((time.perf_counter() - start) * 1000, 1))
+    return {"attention": setting, "shapes": len(batches), "new_ms": passes[0],
+            "again_ms": passes[1], "torch": torch.__version__}
+
+
 def check_family(family: str, work: Path, *, size: str, device: str, rounds: int,
                  fp16_max_abs_diff: float) -> dict[str, Any]:
     import torch
@@ -228,6 +265,18 @@ def check_family(family: str, work: Path, *, size: str, device: str, rounds: int
     return result
 
 
+def each_in_its_own_process(command: list[str], option: str, values: tuple[str, ...],
+                            out: Path) -> None:
+    """This script's `command` once per value of `option`, each in a fresh process (the attention
+    backends are read once per process); their JSON lines written to `out` and printed."""
+    rows = [json.loads(subprocess.run(
+        [sys.executable, __file__, *command, option, value, "--out", os.devnull],
+        capture_output=True, text=True, check=True).stdout.splitlines()[-1]) for value in values]
+    out.write_text(json.dumps(rows, indent=2))
+    for row in rows:
+        print(row)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -243,6 +292,10 @@ def main() -> None:
     attention_command.add_argument("--model-file", type=Path, required=True)
     attention_command.add_argument("--mask", help="one mask, in this process (the command runs "
                                    "each of ATTENTION_MASKS in a process of its own)")
+    torch_attention_command = commands.add_parser("torch-attention")
+    torch_attention_command.add_argument("--checkpoint", type=Path, required=True)
+    torch_attention_command.add_argument("--setting", help="one of TORCH_ATTENTION, in this "
+                                         "process (the command runs each in a process of its own)")
     reference_command = commands.add_parser("reference")
     reference_command.add_argument("--checkpoint", type=Path, required=True)
     reference_command.add_argument("--max-length", type=int, default=512)
@@ -250,21 +303,23 @@ def main() -> None:
     exported_command.add_argument("--model", type=Path, required=True)
     exported_command.add_argument("--reference", type=Path, required=True)
     exported_command.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    for command in (family_command, attention_command, reference_command, exported_command):
+    for command in (family_command, attention_command, torch_attention_command, reference_command,
+                    exported_command):
         command.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.command == "attention":
         if args.mask:
             print(json.dumps(time_attention_kernels(args.model_file, args.mask)))
             return
-        rows = [json.loads(subprocess.run(
-            [sys.executable, __file__, "attention", "--model-file", str(args.model_file),
-             "--mask", mask, "--out", os.devnull],
-            capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-            for mask in ATTENTION_MASKS]
-        args.out.write_text(json.dumps(rows, indent=2))
-        for row in rows:
-            print(row)
+        each_in_its_own_process(["attention", "--model-file", str(args.model_file)], "--mask",
+                                ATTENTION_MASKS, args.out)
+        return
+    if args.command == "torch-attention":
+        if args.setting:
+            print(json.dumps(time_torch_attention(args.checkpoint, args.setting)))
+            return
+        each_in_its_own_process(["torch-attention", "--checkpoint", str(args.checkpoint)],
+                                "--setting", TORCH_ATTENTION, args.out)
         return
     if args.command == "reference":
         import torch

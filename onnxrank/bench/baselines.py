@@ -73,23 +73,30 @@ def checkpoint_dir(spec: ModelSpec, model_dir: Path) -> Path:
 
 
 class SentenceTransformersBaseline:
-    """sentence-transformers CrossEncoder (6.x), PyTorch fp32, default batch size.
+    """sentence-transformers CrossEncoder (6.x) on PyTorch, default batch size: fp32 (the
+    fidelity reference, "st") or, on CUDA, fp16 ("st_fp16": a GPU user's fastest path in one
+    argument).
 
     Args:
         spec: The exported model's manifest.
         model_dir: Its directory (the checkpoint is found through the manifest).
         device: "cpu" or "cuda".
         threads: torch intra-op threads, set explicitly for the whole process.
+        precision: "fp32" or "fp16" (CUDA only).
 
     Raises:
         MissingDependencyError: sentence-transformers is not installed.
-        DeviceUnavailableError: device="cuda" but torch has no CUDA.
+        DeviceUnavailableError: device="cuda" but torch has no CUDA; fp16 on a CPU.
         ModelLoadError: No checkpoint directory.
     """
 
-    name = "st"
-
-    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int) -> None:
+    def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
+                 precision: str = "fp32") -> None:
+        self.name = "st" if precision == "fp32" else f"st_{precision}"
+        if precision == "fp16" and device != "cuda":
+            raise DeviceUnavailableError(
+                "PyTorch fp16 is sentence-transformers' GPU path; on a CPU its fastest paths are "
+                "the OpenVINO backend and its int8 export (st_openvino, st_openvino_int8)")
         path = checkpoint_dir(spec, model_dir)
         torch = require("torch", extra="bench")
         sentence_transformers = require("sentence_transformers", extra="bench")
@@ -99,24 +106,33 @@ class SentenceTransformersBaseline:
                 "sentence-transformers baseline cannot run on cuda"
             )
         torch.set_num_threads(threads)
-        # fp32 whatever the checkpoint's dtype: transformers 5 (which sentence-transformers 6
-        # needs) loads a checkpoint in its saved dtype by default, a half-precision one in fp16
-        # or bf16 even on a CPU. The default activation is the checkpoint's own (6.x reads it from
-        # config_sentence_transformers.json, else sigmoid for one label), as a user gets it.
+        if precision == "fp16":
+            # at its best: torch prefers cuDNN's fp16 attention on Hopper, which builds a plan for
+            # every new (rows, length) shape, and reranking meets a new shape in most batches
+            # (research/cuda_check.py torch-attention); the engine leaves it out likewise
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        # the precision asked for whatever the checkpoint's dtype: transformers 5 (which
+        # sentence-transformers 6 needs) loads a checkpoint in its saved dtype by default, a
+        # half-precision one in fp16 or bf16 even on a CPU. The default activation is the
+        # checkpoint's own (6.x reads it from config_sentence_transformers.json, else sigmoid for
+        # one label), as a user gets it.
+        dtype = {"fp32": torch.float32, "fp16": torch.float16}[precision]
         self._model = sentence_transformers.CrossEncoder(
             str(path), device=device, max_length=spec.max_length, local_files_only=True,
-            model_kwargs={"dtype": torch.float32},
+            model_kwargs={"dtype": dtype},
         )
         self.settings: dict[str, Any] = {
             "runtime": f"torch {torch.__version__}, sentence-transformers "
                        f"{sentence_transformers.__version__}",
             "device": device,
-            "precision": "fp32",
+            "precision": precision,
+            **({"attention": "sdpa without cuDNN"} if precision == "fp16" else {}),
             "threads": threads,
             "batch_size": ST_BATCH_SIZE,
             "checkpoint": str(path),
         }
-        self.label = f"sentence-transformers CrossEncoder (PyTorch fp32, batch {ST_BATCH_SIZE})"
+        self.label = (f"sentence-transformers CrossEncoder (PyTorch {precision}, "
+                      f"batch {ST_BATCH_SIZE})")
         self._identity = torch.nn.Identity()
 
     def score(self, pairs: Sequence[Pair]) -> Scores:

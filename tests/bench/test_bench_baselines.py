@@ -79,6 +79,14 @@ def test_sentence_transformers_runs_a_half_precision_checkpoint_in_fp32(
     assert np.isfinite(scores).all()
 
 
+def test_sentence_transformers_fp16_is_the_gpu_path(tiny_model_dir: Path, spec) -> None:
+    """st_fp16 runs on CUDA only (tests/bench/test_bench_runs.py measures it there): on a CPU it
+    is refused with the peers that are a CPU user's fast paths, before loading anything."""
+    with pytest.raises(DeviceUnavailableError, match="st_openvino, st_openvino_int8"):
+        SentenceTransformersBaseline(spec, tiny_model_dir, device="cpu", threads=1,
+                                     precision="fp16")
+
+
 # fastembed pins huggingface-hub<2, below transformers 5 and sentence-transformers 6, so [all]
 # leaves it out: its score checks are deselected by default (marker `fastembed`) and run with
 # `python -m pytest -m fastembed` where onnxrank[fastembed] is installed

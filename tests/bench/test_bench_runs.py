@@ -160,11 +160,11 @@ def test_quick_run_exits_0_with_the_full_size_standin() -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_rows_are_measured_on_cuda(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_cuda_rows_are_measured_on_cuda(tiny_cuda_model_dir: Path, tmp_path: Path) -> None:
     if not HAS_CUDA:
         pytest.skip("needs a working CUDAExecutionProvider")
-    completed = _bench(tmp_path, "--quick", "--model", str(tiny_model_dir), "--device", "cuda",
-                       "--scenarios", "latency", "--regimes", "short",
+    completed = _bench(tmp_path, "--quick", "--model", str(tiny_cuda_model_dir),
+                       "--device", "cuda", "--scenarios", "latency,peers", "--regimes", "short",
                        "--out", str(tmp_path / "report"))
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
@@ -173,3 +173,12 @@ def test_cuda_rows_are_measured_on_cuda(tiny_model_dir: Path, tmp_path: Path) ->
     assert row["contenders"]["engine"]["settings"]["provider"] == "CUDAExecutionProvider"
     assert row["contenders"]["engine"]["settings"]["variant"] == "fp16"
     assert "CPU path only" in row["skipped"]["fastembed"]
+    # the GPU's peer table: sentence-transformers on PyTorch fp16 beside the fp32 reference, each
+    # with its fidelity and the engine's verdict; the CPU-only peers skipped with their reason
+    [peers] = [r for r in summary["results"] if r["scenario"] == "peers"]
+    assert peers["device"] == "cuda" and peers["status"] == "measured"
+    settings = peers["contenders"]["st_fp16"]["settings"]
+    assert (settings["device"], settings["precision"]) == ("cuda", "fp16")
+    assert {"engine", "st", "st_fp16"} <= set(peers["fidelity"])
+    assert peers["pareto"]["st_fp16"]["verdict"] in {"yes", "no"}
+    assert "CPU only" in peers["skipped"]["ct2"]

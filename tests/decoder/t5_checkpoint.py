@@ -6,10 +6,13 @@ monoT5 and mT5 mMARCO answer tokens. Weights random (not a relevance model)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
 import torch
 import transformers
+from built_once import built_once
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from onnxrank.export.decoder_standin import _training_text
@@ -17,6 +20,10 @@ from onnxrank.export.standin import STANDIN_MARKER
 
 SPECIAL = ("<pad>", "</s>", "<unk>")  # T5's ids 0, 1, 2
 ANSWER_WORDS = ("true", "false", "yes", "no")
+# recipe -> (model_type, initializer_factor, answer tokens): the factor gives the random model's
+# p(true) some spread (T5 scales its decoder output by d_model ** -0.5; mT5 does not)
+CASES = {"monot5": ("t5", 1.5, ("▁true", "▁false")),
+         "mt5-mmarco": ("mt5", 1.0, ("▁yes", "▁no"))}
 
 
 def unigram_vocabulary(vocab_size: int = 800) -> list[tuple[str, float]]:
@@ -68,6 +75,15 @@ def build_t5_checkpoint(out_dir: Path, *, seed: int = 0, model_type: str = "t5",
               "tokenizer": f"{len(tokenizer)} Unigram pieces"}
     (out_dir / STANDIN_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     return out_dir
+
+
+def built_tiny_checkpoint(factory: pytest.TempPathFactory, recipe: str) -> Path:
+    """The tiny checkpoint of `recipe` (CASES), built once per test run."""
+    model_type, factor, _ = CASES[recipe]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return built_once(factory, f"checkpoints/{model_type}-tiny", lambda directory:
+                      build_t5_checkpoint(directory, model_type=model_type,
+                                          initializer_factor=factor))
 
 
 class MonoT5Reference:

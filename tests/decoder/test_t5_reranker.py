@@ -9,7 +9,6 @@ score`, `query --rerank` and the server run it."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 from built_once import built_once
 from decoder_commands import export_decoder, index_with_reranker
-from t5_checkpoint import MonoT5Reference, build_t5_checkpoint
+from t5_checkpoint import CASES, MonoT5Reference, built_tiny_checkpoint
 
 from onnxrank.cli import main
 from onnxrank.engine.reranker import DecoderReranker, Reranker
@@ -31,10 +30,6 @@ from serve_helpers import running_server  # noqa: E402
 
 pytestmark = pytest.mark.costly(40)
 
-# recipe -> (model_type, initializer_factor, answer tokens): the factor gives the random model's
-# p(true) some spread (T5 scales its decoder output by d_model ** -0.5; mT5 does not)
-CASES = {"monot5": ("t5", 1.5, ("▁true", "▁false")),
-         "mt5-mmarco": ("mt5", 1.0, ("▁yes", "▁no"))}
 # the int8 variants each export builds: OpenVINO's weight-only int8 once (its path does not
 # depend on the model type), onnxruntime's dynamic int8 for both
 VARIANTS = {"monot5": "fp32,int8,ov_int8", "mt5-mmarco": "fp32,int8"}
@@ -50,11 +45,7 @@ def recipe(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def checkpoint(recipe: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model_type, factor, _ = CASES[recipe]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return built_once(tmp_path_factory, f"checkpoints/{model_type}-tiny", lambda directory:
-                      build_t5_checkpoint(directory, model_type=model_type,
-                                          initializer_factor=factor))
+    return built_tiny_checkpoint(tmp_path_factory, recipe)
 
 
 @pytest.fixture(scope="module")

@@ -70,6 +70,7 @@ WARM_UP_CANDIDATES = 10
 
 BASELINE_CLASSES = {
     "st": SentenceTransformersBaseline,
+    "st_fp16": SentenceTransformersBaseline,
     "naive_ort": NaiveOrtBaseline,
     "fastembed": FastembedBaseline,
     "fastembed_fp32": FastembedBaseline,
@@ -78,6 +79,7 @@ BASELINE_CLASSES = {
 }
 # Keyword arguments of each baseline beyond (spec, model_dir, device, threads).
 BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
+    "st_fp16": {"precision": "fp16"},
     "fastembed": {"variant": "int8"},
     "fastembed_fp32": {"variant": "fp32"},
 }

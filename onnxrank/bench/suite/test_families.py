@@ -75,8 +75,9 @@ def test_families(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     contenders: list[Contender[Sequence[Request]]] = [engine_contender(
         "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
     skipped: dict[str, str] = {}
-    baselines = {"st": (SentenceTransformersBaseline, {}),
-                 "fastembed_fp32": (FastembedBaseline, {"variant": "fp32"})}
+    baselines: dict[str, tuple[Any, dict[str, str]]] = {
+        "st": (SentenceTransformersBaseline, {}),
+        "fastembed_fp32": (FastembedBaseline, {"variant": "fp32"})}
     for name, (baseline_class, options) in baselines.items():
         try:
             baseline = baseline_class(engine.spec, model_dir, device=device,

@@ -1,9 +1,10 @@
 """Peers: the engine against the fastest paths users already have, on time and on fidelity.
 
 Every contender reranks the same queries interleaved, as in the latency scenario: the engine,
-sentence-transformers on PyTorch fp32 (also the fidelity reference), CTranslate2 int8, FlashRank,
-and, with --peer-python, sentence-transformers on OpenVINO and its static int8 export in a child
-process (onnxrank.bench.peers). Each row has its time ratio against the engine and its fidelity
+sentence-transformers on PyTorch fp32 (also the fidelity reference) and, on CUDA, fp16; on CPU
+CTranslate2 int8, FlashRank and, with --peer-python, sentence-transformers on OpenVINO and its
+static int8 export in a child process (onnxrank.bench.peers). A peer that does not run on the
+device is skipped with its reason. Each row has its time ratio against the engine and its fidelity
 to PyTorch fp32 on the queries it was timed on; the report's verdict for every peer: is the engine
 faster at no lower fidelity (onnxrank.bench.fidelity)? Budgets of kind ``pareto`` enforce it per
 machine class.
@@ -29,7 +30,7 @@ from onnxrank.types import Pair
 SCENARIO = "peers"
 # the regimes of the product's promises; the others are the latency scenario's
 REGIMES = ("short", "mixed")
-IN_PROCESS_PEERS = (REFERENCE, "ct2", "flashrank")
+IN_PROCESS_PEERS = (REFERENCE, "st_fp16", "ct2", "flashrank")
 ENGINE = "engine"
 
 Scored = dict[int, np.ndarray]  # id(request) -> its scores, in document order
@@ -75,8 +76,6 @@ def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> 
     if regime.name not in REGIMES:
         pytest.skip(f"the peer table measures {' and '.join(REGIMES)}")
     bench.require_device(SCENARIO, regime.name, device)
-    if device != "cpu":
-        bench.skip_scenario(SCENARIO, regime.name, device, "the peers run on CPU")
     workload = bench.workload(regime, bench.sizes.latency_queries)
     scored: dict[str, Scored] = {ENGINE: {}}
     engine = bench.engine(device)
