@@ -88,10 +88,13 @@ class SentenceTransformersBaseline:
         MissingDependencyError: sentence-transformers is not installed.
         DeviceUnavailableError: device="cuda" but torch has no CUDA; fp16 on a CPU.
         ModelLoadError: No checkpoint directory.
+        ValueError: A precision other than fp32 and fp16.
     """
 
     def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
                  precision: str = "fp32") -> None:
+        if precision not in ("fp32", "fp16"):
+            raise ValueError(f"the sentence-transformers baseline runs fp32 or fp16, not {precision!r}")
         self.name = "st" if precision == "fp32" else f"st_{precision}"
         if precision == "fp16" and device != "cuda":
             raise DeviceUnavailableError(

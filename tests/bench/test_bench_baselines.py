@@ -85,6 +85,9 @@ def test_sentence_transformers_fp16_is_the_gpu_path(tiny_model_dir: Path, spec) 
     with pytest.raises(DeviceUnavailableError, match="st_openvino, st_openvino_int8"):
         SentenceTransformersBaseline(spec, tiny_model_dir, device="cpu", threads=1,
                                      precision="fp16")
+    with pytest.raises(ValueError, match="fp32 or fp16, not 'bf16'"):
+        SentenceTransformersBaseline(spec, tiny_model_dir, device="cpu", threads=1,
+                                     precision="bf16")
 
 
 # fastembed pins huggingface-hub<2, below transformers 5 and sentence-transformers 6, so [all]
