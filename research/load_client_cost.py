@@ -18,46 +18,44 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from onnxrank.bench.serving import REQUEST_TIMEOUT_S, ServerProcess
+from onnxrank.bench.serving import REQUEST_TIMEOUT_S, ServerProcess, closed_loop
 
 CLIENTS = 16
 REQUESTS = 400
+LOAD_TIME_LIMIT_S = 120.0  # a bound on each load run (400 requests take about a second)
 DOCUMENTS = [f"document {i} on wing flutter at transonic speeds and boundary layers"
              for i in range(10)]
 
 
-async def _load(library: str, url: str, bodies: list[bytes]) -> int:
-    """Every body once through CLIENTS closed-loop clients of `library`; the count answered 200."""
+async def _httpx_load(url: str, bodies: list[bytes]) -> int:
+    """Every body once through CLIENTS closed-loop httpx clients (the bench's load generator
+    before aiohttp's); the count answered 200."""
+    import httpx
+
     answered = 0
     remaining = iter(bodies)
-    headers = {"content-type": "application/json"}
-    if library == "httpx":
-        import httpx
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
 
-        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-        client: Any = httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits)
-    else:
-        import aiohttp
-
-        client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CLIENTS))
-
-    async def one_client() -> None:
-        nonlocal answered
-        for body in remaining:
-            if library == "httpx":
-                response = await client.post(url, content=body, headers=headers)
+        async def one_client() -> None:
+            nonlocal answered
+            for body in remaining:
+                response = await client.post(url, content=body,
+                                             headers={"content-type": "application/json"})
                 await response.aread()
                 answered += response.status_code == 200
-            else:
-                async with client.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    answered += response.status == 200
 
-    async with client:
         await asyncio.gather(*(one_client() for _ in range(CLIENTS)))
     return answered
+
+
+def _load(library: str, url: str, bodies: list[bytes]) -> int:
+    """Every body once through CLIENTS clients of `library` ("aiohttp": the bench's own
+    closed_loop); the count answered 200."""
+    if library == "httpx":
+        return asyncio.run(_httpx_load(url, bodies))
+    return closed_loop(url, bodies, clients=CLIENTS, time_limit_s=LOAD_TIME_LIMIT_S).statuses[200]
 
 
 def _cpu_s() -> float:
@@ -78,7 +76,7 @@ def main() -> None:
         for round_ in range(rounds):
             for library in ("httpx", "aiohttp"):
                 cpu, wall = _cpu_s(), time.perf_counter()
-                answered = asyncio.run(_load(library, url, bodies))
+                answered = _load(library, url, bodies)
                 cpu, wall = _cpu_s() - cpu, time.perf_counter() - wall
                 print(f"round {round_} {library:8s} {answered} answered, client CPU "
                       f"{1000 * cpu / len(bodies):.3f} ms per request, {len(bodies) / wall:.0f} "

@@ -72,6 +72,10 @@ def checkpoint_dir(spec: ModelSpec, model_dir: Path) -> Path:
     )
 
 
+# the sentence-transformers baseline's precisions and the torch dtype each loads the model in
+ST_DTYPES = {"fp32": "float32", "fp16": "float16"}
+
+
 class SentenceTransformersBaseline:
     """sentence-transformers CrossEncoder (6.x) on PyTorch, default batch size: fp32 (the
     fidelity reference, "st") or, on CUDA, fp16 ("st_fp16": a GPU user's fastest path in one
@@ -93,8 +97,9 @@ class SentenceTransformersBaseline:
 
     def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
                  precision: str = "fp32") -> None:
-        if precision not in ("fp32", "fp16"):
-            raise ValueError(f"the sentence-transformers baseline runs fp32 or fp16, not {precision!r}")
+        if precision not in ST_DTYPES:
+            raise ValueError(f"the sentence-transformers baseline runs "
+                             f"{' or '.join(ST_DTYPES)}, not {precision!r}")
         self.name = "st" if precision == "fp32" else f"st_{precision}"
         if precision == "fp16" and device != "cuda":
             raise DeviceUnavailableError(
@@ -119,10 +124,9 @@ class SentenceTransformersBaseline:
         # half-precision one in fp16 or bf16 even on a CPU. The default activation is the
         # checkpoint's own (6.x reads it from config_sentence_transformers.json, else sigmoid for
         # one label), as a user gets it.
-        dtype = {"fp32": torch.float32, "fp16": torch.float16}[precision]
         self._model = sentence_transformers.CrossEncoder(
             str(path), device=device, max_length=spec.max_length, local_files_only=True,
-            model_kwargs={"dtype": dtype},
+            model_kwargs={"dtype": getattr(torch, ST_DTYPES[precision])},
         )
         self.settings: dict[str, Any] = {
             "runtime": f"torch {torch.__version__}, sentence-transformers "

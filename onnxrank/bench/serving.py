@@ -126,7 +126,7 @@ class LoadResult:
 
 
 # The load generator runs on the machine it loads: its CPU is charged to the server's numbers.
-# aiohttp's client costs 0.16 ms of CPU per request against httpx's 0.96-1.07 ms (16 clients on
+# aiohttp's client costs 0.16 ms of CPU per request against httpx's 0.96-1.15 ms (16 clients on
 # loopback, amx: research/load_client_cost.py, docs/serve-bench.md), so the load shows more of
 # the server and less of itself.
 JSON_HEADERS = {"content-type": "application/json"}

@@ -101,7 +101,7 @@ def test_flashrank_peer_quantizes_model_onnx_where_the_export_kept_no_int8(
     assert written.name == FLASHRANK_DYNAMIC_FILE and not written.is_relative_to(model_dir)
     ops = {node.op_type for node in onnx.load(str(written)).graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
-    # int8, so near the fp32 logits (within 3% of their spread on the tiny model), same order
+    # int8, so near the fp32 logits (within 5% of their spread on the tiny model), same order
     logits = _logit(peer.score(PAIRS).astype(np.float64))
     np.testing.assert_allclose(logits, fp32_logits, atol=0.05 * np.ptp(fp32_logits))
     first = slice(0, len(DOCUMENTS))
