@@ -172,22 +172,25 @@ def _cut_optimally(
     max_batch_size: int, batch_overhead_tokens: int,
 ) -> list[Batch]:
     """Exact minimum of sum(padded tokens) + overhead per batch over contiguous cuts of sorted rows."""
-    count = len(order)
+    # In plain Python: for a query's 50 rows, 0.08-0.09 ms against 0.24 ms with a numpy step per
+    # row (the planner runs on every call; a scratch timeit on amx).
+    lengths = sorted_padded.tolist()
     # best[j] = cheapest plan for the first j rows; a batch of rows i..j-1 costs
-    # sorted_padded[j-1] * (j - i) + overhead, since the last (longest) row sets its padding.
-    best = np.zeros(count + 1, dtype=np.float64)
-    cut = np.zeros(count + 1, dtype=np.int64)
-    for end in range(1, count + 1):
-        longest = int(sorted_padded[end - 1])
-        max_rows = min(max_batch_size, max(1, max_batch_tokens // longest), end)
-        starts = np.arange(end - max_rows, end)
-        costs = best[starts] + longest * (end - starts) + batch_overhead_tokens
-        choice = int(np.argmin(costs))  # first minimum: the largest batch among equal costs
-        best[end], cut[end] = costs[choice], starts[choice]
+    # lengths[j-1] * (j - i) + overhead, since the last (longest) row sets its padding.
+    best, cut = [0] * (len(lengths) + 1), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        longest = lengths[end - 1]
+        first = end - min(max_batch_size, max(1, max_batch_tokens // longest), end)
+        cheapest, choice = best[first] + longest * (end - first), first
+        for start in range(first + 1, end):
+            cost = best[start] + longest * (end - start)
+            if cost < cheapest:  # strictly: the largest batch among equal costs
+                cheapest, choice = cost, start
+        best[end], cut[end] = cheapest + batch_overhead_tokens, choice
     batches: list[Batch] = []
-    end = count
+    end = len(lengths)
     while end > 0:
-        start = int(cut[end])
-        batches.append(Batch(rows=order[start:end], padded_length=int(sorted_padded[end - 1])))
+        start = cut[end]
+        batches.append(Batch(rows=order[start:end], padded_length=lengths[end - 1]))
         end = start
     return batches[::-1]

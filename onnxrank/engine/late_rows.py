@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
+from onnxrank.engine.plain_tokens import PlainTokenizer
 from onnxrank.engine.rows import EncodedRow, RowBudget, refuse_instruction
 from onnxrank.types import Pair
 
@@ -91,6 +92,7 @@ class LateInteractionEncoder:
 
     def __init__(self, tokenizer: Tokenizer, settings: LateInteractionSettings) -> None:
         self._tokenizer = tokenizer
+        self._texts = PlainTokenizer(tokenizer)
         self.settings = settings
         self.max_length = settings.document_length
         # the template's special tokens and the marker
@@ -149,7 +151,7 @@ class LateInteractionEncoder:
         room = length - self._fixed
         rows = []
         for index, encoding in enumerate(
-                self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)):
+                self._texts.encode(texts)):
             if len(encoding.ids) > room:
                 encoding.truncate(room)
             full = self._tokenizer.post_process(encoding, add_special_tokens=True)

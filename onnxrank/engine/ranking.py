@@ -90,13 +90,12 @@ def rank(
     scored_indices = np.flatnonzero(scored)
     values = np.asarray(scores, dtype=np.float64)[scored_indices]
     order = rank_order(values, top_k=top_k)
-    ranked = [
-        RankedDocument(index=int(scored_indices[position]), score=float(values[position]),
-                       text=documents[scored_indices[position]],
-                       span=spans[scored_indices[position]])
-        for position in order
-    ]
+    # Python ints and floats first: per-element numpy scalars cost more than the ranking itself
+    indices, best_values = scored_indices[order].tolist(), values[order].tolist()
+    ranked = [RankedDocument(index=index, score=value, text=documents[index], span=spans[index])
+              for index, value in zip(indices, best_values)]
     if top_k is None or len(ranked) < top_k:
-        unscored = fallback_ranking(documents)
-        ranked += [unscored[index] for index in np.flatnonzero(~scored)]
+        ranked += [RankedDocument(index=index, score=math.nan, text=documents[index],
+                                  reranked=False)
+                   for index in np.flatnonzero(~scored).tolist()]
     return ranked if top_k is None else ranked[:top_k]

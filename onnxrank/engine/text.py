@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from onnxrank.engine.plain_tokens import PlainTokenizer
 from onnxrank.engine.rows import EncodedRow, RowBudget, refuse_instruction
 
 
@@ -22,6 +23,7 @@ class TextEncoder:
 
     def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
         self._tokenizer = tokenizer
+        self._texts = PlainTokenizer(tokenizer)
         self.max_length = max_length
         self._special_tokens = tokenizer.num_special_tokens_to_add(is_pair=False)
 
@@ -38,7 +40,7 @@ class TextEncoder:
         """Tokens per text, special tokens included (capped at max_length when `truncate`)."""
         room = self.max_length - self._special_tokens
         lengths = [len(encoding.ids) for encoding in
-                   self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
+                   self._texts.encode(texts)]
         if truncate:
             return [min(length, room) + self._special_tokens for length in lengths]
         return [length + self._special_tokens for length in lengths]
@@ -49,7 +51,7 @@ class TextEncoder:
         room = self.max_length - self._special_tokens
         rows = []
         for index, encoding in enumerate(
-                self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)):
+                self._texts.encode(texts)):
             if len(encoding.ids) > room:
                 encoding.truncate(room)
             rows.append(self._row(encoding, index, None))
@@ -69,8 +71,7 @@ class TextEncoder:
         room = self.max_length - self._special_tokens
         window = room if window_tokens is None else min(window_tokens, room)
         rows = []
-        for index, (text, encoding) in enumerate(zip(texts, self._tokenizer.encode_batch(
-                list(texts), add_special_tokens=False))):
+        for index, (text, encoding) in enumerate(zip(texts, self._texts.encode(texts, offsets=True))):
             if len(encoding.ids) <= window:
                 rows.append(self._row(encoding, index, (0, len(text))))
                 continue

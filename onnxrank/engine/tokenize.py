@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from onnxrank.engine.plain_tokens import PlainTokenizer
 from onnxrank.engine.rows import EncodedRow, RowBudget, refuse_instruction
 from onnxrank.engine.spec import ModelSpec
 from onnxrank.errors import ModelLoadError
@@ -38,38 +37,6 @@ def load_tokenizer(spec: ModelSpec, model_dir: Path) -> Tokenizer:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
-
-
-# Normalizers that leave ASCII text as it is: Unicode normal forms and accent stripping change only
-# non-ASCII characters.
-_ASCII_IDENTITIES = frozenset({"NFC", "NFD", "NFKC", "NFKD", "StripAccents"})
-
-
-def _ascii_normalizer(config: dict[str, Any] | None) -> dict[str, Any] | None:
-    """`config` (a tokenizer.json normalizer) without the steps that are identities on ASCII."""
-    if config is None or config["type"] in _ASCII_IDENTITIES:
-        return None
-    if config["type"] == "BertNormalizer":  # accents and CJK padding touch non-ASCII only
-        return {**config, "handle_chinese_chars": False, "strip_accents": False}
-    if config["type"] == "Sequence":
-        steps = [step for step in map(_ascii_normalizer, config["normalizers"]) if step is not None]
-        return {"type": "Sequence", "normalizers": steps} if steps else None
-    return config
-
-
-def ascii_twin(tokenizer: Tokenizer) -> Tokenizer | None:
-    """A copy of `tokenizer` for ASCII-only texts, whose normalizer skips the steps that change
-    only non-ASCII characters (same ids and offsets on ASCII text); None if it has none."""
-    if tokenizer.normalizer is None:
-        return None
-    # Decided from the normalizer alone (0.1 ms): copying the whole tokenizer costs tens of ms
-    # at load (50 ms for a 30k WordPiece vocabulary), paid only when there is a step to skip.
-    normalizer = json.loads(tokenizer.normalizer.__getstate__())
-    ascii_normalizer = _ascii_normalizer(normalizer)
-    if ascii_normalizer == normalizer:
-        return None
-    config = json.loads(tokenizer.to_str())
-    return Tokenizer.from_str(json.dumps({**config, "normalizer": ascii_normalizer}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,40 +111,25 @@ class PairEncoder:
     """
 
     def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
-        self._tokenizer = tokenizer
         self.max_length = max_length
         self.max_query_tokens = max_length // 2
         # Each query is tokenized once and each document alone, then rows are spliced from ids:
         # the tokenizer's pair encoding tokenized the query again with every document (0.85x
         # the time on short passages, docs/engine.md).
         self._template = PairTemplate.of(tokenizer)
-        # A BERT normalizer's accent stripping and CJK padding are about half of its cost and do
-        # nothing to ASCII text: 4.5 ms against 5.35 ms for a query's 50 short passages on idle
-        # cores (docs/engine.md).
-        self._ascii_tokenizer = ascii_twin(tokenizer)
+        self._texts = PlainTokenizer(tokenizer)
 
-    def _encode_plain(self, texts: Sequence[str], *, offsets: bool = False) -> list[Encoding]:
-        """Texts without special tokens, in one tokenizer call per kind (ASCII or not)."""
-        def encode(tokenizer: Tokenizer, batch: list[str]) -> list[Encoding]:
-            if offsets:
-                return tokenizer.encode_batch(batch, add_special_tokens=False)
-            return tokenizer.encode_batch_fast(batch, add_special_tokens=False)
-
-        if self._ascii_tokenizer is None:
-            return encode(self._tokenizer, list(texts))
-        is_ascii = [text.isascii() for text in texts]
-        if all(is_ascii):
-            return encode(self._ascii_tokenizer, list(texts))
-        ascii_encodings = iter(encode(self._ascii_tokenizer,
-                                      [text for text, plain in zip(texts, is_ascii) if plain]))
-        other_encodings = iter(encode(self._tokenizer,
-                                      [text for text, plain in zip(texts, is_ascii) if not plain]))
-        return [next(ascii_encodings if plain else other_encodings) for plain in is_ascii]
-
-    def _cap_queries(self, queries: Sequence[str]) -> dict[str, list[int]]:
-        unique = list(dict.fromkeys(queries))
-        return {query: encoding.ids[:self.max_query_tokens]
-                for query, encoding in zip(unique, self._encode_plain(unique))}
+    def _tokenized(self, pairs: Sequence[Pair], *,
+                   offsets: bool = False) -> tuple[dict[str, list[int]], list[Encoding]]:
+        """Each distinct query's ids, cut to max_query_tokens, and each document's encoding,
+        from one tokenizer call (a call of its own for the query cost 0.2-0.3 ms more per query
+        of 50 short passages on amx: research/engine_overhead.py's setting, a scratch loop)."""
+        queries = list(dict.fromkeys(query for query, _ in pairs))
+        encodings = self._texts.encode([*queries, *(document for _, document in pairs)],
+                                       offsets=offsets)
+        capped = {query: encoding.ids[:self.max_query_tokens]
+                  for query, encoding in zip(queries, encodings)}
+        return capped, encodings[len(queries):]
 
     def instruction_for(self, instruction: str | None) -> None:
         """Cross-encoders take no instruction: None, or ValueError for any other value."""
@@ -192,8 +144,7 @@ class PairEncoder:
         """One row per pair; documents are truncated so the row fits `max_length` (the
         tokenizer's own `only_second` truncation of the pair, after the query cap)."""
         self.instruction_for(instruction)
-        queries = self._cap_queries([query for query, _ in pairs])
-        documents = self._encode_plain([document for _, document in pairs])
+        queries, documents = self._tokenized(pairs)
         room = self.max_length - self._template.special_tokens
         rows = []
         for index, ((query, _), document) in enumerate(zip(pairs, documents)):
@@ -215,9 +166,8 @@ class PairEncoder:
             instruction: Must be None (cross-encoders take none).
         """
         self.instruction_for(instruction)
-        queries = self._cap_queries([query for query, _ in pairs])
         # offsets give each window's character span
-        documents = self._encode_plain([document for _, document in pairs], offsets=True)
+        queries, documents = self._tokenized(pairs, offsets=True)
         rows = []
         for index, ((query, document_text), document) in enumerate(zip(pairs, documents)):
             query_ids = queries[query]

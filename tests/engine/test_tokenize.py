@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
+from onnxrank.engine.plain_tokens import ascii_twin
 from onnxrank.engine.rows import RowBudget
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.engine.text import TextEncoder
-from onnxrank.engine.tokenize import PairEncoder, ascii_twin, load_tokenizer
+from onnxrank.engine.tokenize import PairEncoder, load_tokenizer
 from onnxrank.errors import ModelLoadError
 
 PAIRS = [
@@ -136,39 +137,6 @@ def test_a_template_that_swaps_the_texts_is_refused_at_load() -> None:
         special_tokens=[("[CLS]", VOCAB["[CLS]"]), ("[SEP]", VOCAB["[SEP]"])])
     with pytest.raises(ModelLoadError, match="does not place a pair as"):
         PairEncoder(_tokenizer(swapped), max_length=24)
-
-
-NORMALIZERS = {
-    "bert": normalizers.BertNormalizer(lowercase=True),
-    "bert, cased": normalizers.BertNormalizer(lowercase=False, strip_accents=True),
-    "sequence": normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(),
-                                      normalizers.StripAccents(), normalizers.Replace("``", '"')]),
-    "nfkc": normalizers.NFKC(),
-}
-ASCII_TEXTS = [
-    "The Lift of a WING, at Mach 2.5!", "tabs\tand\nnew lines\r\n and  doubled  spaces",
-    "control \x00\x07\x1b chars and ``quotes''", "",
-    # every ASCII character, in a seeded random order, in ten texts
-    *("".join(chr(code) for code in np.random.default_rng(seed).permutation(128)) for seed in range(10)),
-]
-
-
-@pytest.mark.parametrize("kind", list(NORMALIZERS))
-def test_the_ascii_twin_tokenizes_ascii_text_exactly_like_the_tokenizer(kind: str) -> None:
-    tokenizer = _tokenizer(POST_PROCESSORS["bert"])
-    tokenizer.normalizer = NORMALIZERS[kind]
-    twin = ascii_twin(tokenizer)
-    assert twin is not None
-    for text in ASCII_TEXTS:
-        expected = tokenizer.encode(text, add_special_tokens=False)
-        got = twin.encode(text, add_special_tokens=False)
-        assert (got.ids, got.offsets) == (expected.ids, expected.offsets), (kind, text)
-
-
-def test_no_twin_without_a_step_to_skip() -> None:
-    tokenizer = _tokenizer(POST_PROCESSORS["bert"])
-    tokenizer.normalizer = normalizers.Lowercase()
-    assert ascii_twin(tokenizer) is None
 
 
 def test_ascii_and_other_documents_keep_their_order(encoder: PairEncoder,
