@@ -123,7 +123,7 @@ class PairEncoder:
                    offsets: bool = False) -> tuple[dict[str, list[int]], list[Encoding]]:
         """Each distinct query's ids, cut to max_query_tokens, and each document's encoding,
         from one tokenizer call (a call of its own for the query cost 0.2-0.3 ms more per query
-        of 50 short passages on amx: research/engine_overhead.py's setting, a scratch loop)."""
+        of 50 short passages on amx: results/bench-runs.md)."""
         queries = list(dict.fromkeys(query for query, _ in pairs))
         encodings = self._texts.encode([*queries, *(document for _, document in pairs)],
                                        offsets=offsets)
