@@ -4,7 +4,7 @@ and the retrieval-order fallback."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,11 +55,14 @@ def fallback_ranking(documents: Sequence[str], *, top_k: int | None = None) -> l
     to load (catch ModelLoadError), and ``rerank(..., on_error="fallback")`` uses it when a batch
     fails.
     """
-    ranked = [
-        RankedDocument(index=index, score=math.nan, text=text, reranked=False)
-        for index, text in enumerate(documents)
-    ]
+    ranked = _unscored(documents, range(len(documents)))
     return ranked if top_k is None else ranked[:top_k]
+
+
+def _unscored(documents: Sequence[str], indices: Iterable[int]) -> list[RankedDocument]:
+    """The placeholders of unscored documents (score NaN, ``reranked=False``), in `indices` order."""
+    return [RankedDocument(index=index, score=math.nan, text=documents[index], reranked=False)
+            for index in indices]
 
 
 def rank_order(scores: NDArray[np.floating] | Sequence[float], *,
@@ -95,7 +98,5 @@ def rank(
     ranked = [RankedDocument(index=index, score=value, text=documents[index], span=spans[index])
               for index, value in zip(indices, best_values)]
     if top_k is None or len(ranked) < top_k:
-        ranked += [RankedDocument(index=index, score=math.nan, text=documents[index],
-                                  reranked=False)
-                   for index in np.flatnonzero(~scored).tolist()]
+        ranked += _unscored(documents, np.flatnonzero(~scored).tolist())
     return ranked if top_k is None else ranked[:top_k]
