@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from onnxrank.engine.plain_tokens import PlainTokenizer
 from onnxrank.engine.recipe import PromptRecipe
 from onnxrank.engine.rows import EncodedRow, RowBudget
 from onnxrank.types import Pair
@@ -40,7 +41,7 @@ class PromptEncoder:
     """
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, recipe: PromptRecipe) -> None:
-        self._tokenizer = tokenizer
+        self._texts = PlainTokenizer(tokenizer)
         self.max_length = max_length
         self.recipe = recipe
         self._prefix = tokenizer.encode(recipe.prefix, add_special_tokens=False).ids
@@ -138,8 +139,7 @@ class PromptEncoder:
         pieces, _, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
                                           document="")
         return len(self._prefix) + len(self._suffix) + sum(
-            len(encoding.ids) for encoding in self._tokenizer.encode_batch(
-                pieces, add_special_tokens=False))
+            len(encoding.ids) for encoding in self._texts.encode(pieces))
 
     def _split(self, pairs: Sequence[Pair], instruction: str) -> list[_Parts]:
         queries = self._cap_queries([query for query, _ in pairs],
@@ -147,8 +147,8 @@ class PromptEncoder:
         rendered = [self.recipe.render(instruction=instruction, query=queries[query],
                                        document=document) for query, document in pairs]
         count = len(self.recipe.template)
-        encodings = self._tokenizer.encode_batch(
-            [piece for pieces, _, _ in rendered for piece in pieces], add_special_tokens=False)
+        encodings = self._texts.encode(
+            [piece for pieces, _, _ in rendered for piece in pieces], offsets=True)
         parts = []
         for start, (_, where, span) in zip(range(0, len(encodings), count), rendered):
             own = encodings[start:start + count]
@@ -161,8 +161,8 @@ class PromptEncoder:
         """Each distinct query, cut to `limit` tokens (as text)."""
         unique = list(dict.fromkeys(queries))
         capped = {}
-        for query, encoding in zip(unique, self._tokenizer.encode_batch(
-                unique, add_special_tokens=False)):
+        for query, encoding in zip(unique, self._texts.encode(
+                unique, offsets=True)):
             if len(encoding.ids) > limit:
                 capped[query] = query[: encoding.offsets[limit - 1][1]]
             else:
