@@ -138,8 +138,7 @@ class PromptEncoder:
         instruction."""
         pieces, _, _ = self.recipe.render(instruction=self.instruction_for(instruction), query="",
                                           document="")
-        return len(self._prefix) + len(self._suffix) + sum(
-            len(encoding.ids) for encoding in self._texts.encode(pieces))
+        return len(self._prefix) + len(self._suffix) + sum(map(len, self._texts.ids(pieces)))
 
     def _split(self, pairs: Sequence[Pair], instruction: str) -> list[_Parts]:
         queries = self._cap_queries([query for query, _ in pairs],

@@ -39,8 +39,7 @@ class TextEncoder:
     def count_tokens(self, texts: Sequence[str], *, truncate: bool = True) -> list[int]:
         """Tokens per text, special tokens included (capped at max_length when `truncate`)."""
         room = self.max_length - self._special_tokens
-        lengths = [len(encoding.ids) for encoding in
-                   self._texts.encode(texts)]
+        lengths = [len(ids) for ids in self._texts.ids(texts)]
         if truncate:
             return [min(length, room) + self._special_tokens for length in lengths]
         return [length + self._special_tokens for length in lengths]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 from onnxrank.engine.plain_tokens import PlainTokenizer
 from onnxrank.engine.rows import EncodedRow, RowBudget, refuse_instruction
@@ -119,17 +119,12 @@ class PairEncoder:
         self._template = PairTemplate.of(tokenizer)
         self._texts = PlainTokenizer(tokenizer)
 
-    def _tokenized(self, pairs: Sequence[Pair], *,
-                   offsets: bool = False) -> tuple[dict[str, list[int]], list[Encoding]]:
-        """Each distinct query's ids, cut to max_query_tokens, and each document's encoding,
-        from one tokenizer call (a call of its own for the query cost 0.2-0.3 ms more per query
-        of 50 short passages on amx: results/bench-runs.md)."""
+    def _queries_first(self, pairs: Sequence[Pair]) -> tuple[list[str], list[str]]:
+        """The distinct queries, and the texts to tokenize in one call: those queries, then the
+        documents (a call of its own for the query cost 0.2-0.3 ms more per query of 50 short
+        passages on amx: results/bench-runs.md)."""
         queries = list(dict.fromkeys(query for query, _ in pairs))
-        encodings = self._texts.encode([*queries, *(document for _, document in pairs)],
-                                       offsets=offsets)
-        capped = {query: encoding.ids[:self.max_query_tokens]
-                  for query, encoding in zip(queries, encodings)}
-        return capped, encodings[len(queries):]
+        return queries, [*queries, *(document for _, document in pairs)]
 
     def instruction_for(self, instruction: str | None) -> None:
         """Cross-encoders take no instruction: None, or ValueError for any other value."""
@@ -144,13 +139,14 @@ class PairEncoder:
         """One row per pair; documents are truncated so the row fits `max_length` (the
         tokenizer's own `only_second` truncation of the pair, after the query cap)."""
         self.instruction_for(instruction)
-        queries, documents = self._tokenized(pairs)
+        queries, texts = self._queries_first(pairs)
+        ids = self._texts.ids(texts)
+        capped = {query: query_ids[:self.max_query_tokens] for query, query_ids in zip(queries, ids)}
         room = self.max_length - self._template.special_tokens
         rows = []
-        for index, ((query, _), document) in enumerate(zip(pairs, documents)):
-            query_ids = queries[query]
-            rows.append(self._template.row(query_ids, document.ids[:room - len(query_ids)],
-                                           index))
+        for index, ((query, _), document) in enumerate(zip(pairs, ids[len(queries):])):
+            query_ids = capped[query]
+            rows.append(self._template.row(query_ids, document[:room - len(query_ids)], index))
         return rows
 
     def encode_windows(
@@ -166,11 +162,15 @@ class PairEncoder:
             instruction: Must be None (cross-encoders take none).
         """
         self.instruction_for(instruction)
+        queries, texts = self._queries_first(pairs)
         # offsets give each window's character span
-        queries, documents = self._tokenized(pairs, offsets=True)
+        encodings = self._texts.encode(texts, offsets=True)
+        capped = {query: encoding.ids[:self.max_query_tokens]
+                  for query, encoding in zip(queries, encodings)}
         rows = []
-        for index, ((query, document_text), document) in enumerate(zip(pairs, documents)):
-            query_ids = queries[query]
+        for index, ((query, document_text), document) in enumerate(
+                zip(pairs, encodings[len(queries):])):
+            query_ids = capped[query]
             room = self.max_length - self._template.special_tokens - len(query_ids)
             window = room if window_tokens is None else min(window_tokens, room)
             if len(document.ids) <= window:
