@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +126,10 @@ class PairEncoder:
         queries = list(dict.fromkeys(query for query, _ in pairs))
         return queries, [*queries, *(document for _, document in pairs)]
 
+    def _capped(self, queries: list[str], ids: Iterable[list[int]]) -> dict[str, list[int]]:
+        """Each query's ids (the first of `ids`, in order), cut to max_query_tokens."""
+        return {query: query_ids[:self.max_query_tokens] for query, query_ids in zip(queries, ids)}
+
     def instruction_for(self, instruction: str | None) -> None:
         """Cross-encoders take no instruction: None, or ValueError for any other value."""
         refuse_instruction(instruction, "a cross-encoder")
@@ -141,7 +145,7 @@ class PairEncoder:
         self.instruction_for(instruction)
         queries, texts = self._queries_first(pairs)
         ids = self._texts.ids(texts)
-        capped = {query: query_ids[:self.max_query_tokens] for query, query_ids in zip(queries, ids)}
+        capped = self._capped(queries, ids)
         room = self.max_length - self._template.special_tokens
         rows = []
         for index, ((query, _), document) in enumerate(zip(pairs, ids[len(queries):])):
@@ -165,8 +169,7 @@ class PairEncoder:
         queries, texts = self._queries_first(pairs)
         # offsets give each window's character span
         encodings = self._texts.encode(texts, offsets=True)
-        capped = {query: encoding.ids[:self.max_query_tokens]
-                  for query, encoding in zip(queries, encodings)}
+        capped = self._capped(queries, (encoding.ids for encoding in encodings))
         rows = []
         for index, ((query, document_text), document) in enumerate(
                 zip(pairs, encodings[len(queries):])):
