@@ -36,6 +36,7 @@ from onnxrank.bench.workloads import REGIMES, PassageSource, build_workload, loa
 from onnxrank.engine import execution
 from onnxrank.engine import reranker as reranker_module
 from onnxrank.engine.plain_tokens import PlainTokenizer
+from onnxrank.engine.tokenize import PairEncoder
 
 
 def _timed(owner: Any, name: str, totals: dict[str, float], key: str) -> None:
@@ -60,6 +61,8 @@ def main() -> None:
     args = parser.parse_args()
 
     reranker = Reranker.from_dir(args.model_dir)
+    if not isinstance(reranker._encoder, PairEncoder):
+        parser.error(f"{args.model_dir} is not a cross-encoder: its rows are not pair rows")
     print(f"{reranker.device_info.backend} {reranker.device_info.precision}")
     source = PassageSource(load_dataset(DEFAULT_DATASET), reranker.tokenizer)
     plain = PlainTokenizer(reranker.tokenizer)
