@@ -63,11 +63,14 @@ def main(float_path: str, int8_path: str, shapes: list[str]) -> None:
         rows, length = (int(part) for part in shape.split("x"))
         floats = layer_times(core, float_path, rows, length)
         int8s = layer_times(core, int8_path, rows, length)
-        matched = [(float_twin(name, floats), timing) for name, timing in int8s.items()
-                   if timing[0].endswith("I8") and float_twin(name, floats) is not None]
-        float_ms = sum(float_timing[1] for float_timing, _ in matched if float_timing)
-        int8_ms = sum(int8_timing[1] for _, int8_timing in matched)
-        kernels = sorted({timing[0] for pair in matched for timing in pair if timing})
+        matched = []  # (float layer, int8 layer) timings of each product run as int8
+        for name, timing in int8s.items():
+            twin = float_twin(name, floats)
+            if timing[0].endswith("I8") and twin is not None:
+                matched.append((twin, timing))
+        float_ms = sum(twin[1] for twin, _ in matched)
+        int8_ms = sum(timing[1] for _, timing in matched)
+        kernels = sorted({timing[0] for pair in matched for timing in pair})
         print(f"{shape}: {len(matched)} layers int8 in {int8_path}; the same layers: "
               f"float file {float_ms:.2f} ms, int8 file {int8_ms:.2f} ms, "
               f"int8 / float time {int8_ms / float_ms:.2f} ({', '.join(kernels)})")
