@@ -1,6 +1,6 @@
 """Measures OpenVINO int8 with and without outlier channels split off (docs/export.md, "OpenVINO int8").
 
-A research script, not part of the package: it chose the ladder's rung 4 in
+A research script, not part of the package: it chose the ladder's rung 5 in
 onnxrank.export.quantize_openvino.DEFAULT_OV_INT8_RECIPES. It quantizes ``model.onnx`` as the
 export does (the classification head fp32), with ``--ratio`` the outlier channels of every quantized
 weight MatMul split off into fp32 (onnxrank.export.outlier_split) and with ``--down-fp32`` every

@@ -24,6 +24,7 @@ from onnxrank.export.calibration_statistics import StatisticsReuse
 from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX as CLS_ROW_SUFFIX
 from onnxrank.export.cls_row_split import ClsRowSplit, split_cls_row
 from onnxrank.export.dependency_logs import dependency_logs_quieted
+from onnxrank.export.hadamard_rotation import Rotation, hadamard_matrix, rotate_matmul_inputs
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX as OUTLIER_SUFFIX
 from onnxrank.export.outlier_split import split_outlier_channels
 from onnxrank.export.quantize import (
@@ -62,6 +63,11 @@ class OvInt8Settings:
             (onnxrank.export.cls_row_split): its massive activations set no int8 range, and the
             row the head reads is not rounded; None leaves the graph as it is. Not with
             outlier_channel_ratio (one rewrite per recipe).
+        hadamard_block: Rotate the input of every weight MatMul NNCF quantizes by block
+            Hadamard matrices of this many channels (onnxrank.export.hadamard_rotation), after
+            the position-0 split where there is one: large channels are spread over their block
+            before the per-tensor range is set; None leaves the inputs as they are. Not with
+            outlier_channel_ratio (both rewrite what the int8 path reads).
         overflow_fix_all_layers: 7-bit weights in every layer (NNCF OverflowFix.ENABLE; NNCF's
             default fixes the first layer only). Without VNNI (AVX2) OpenVINO's u8 x s8 kernel
             saturates int16 pair sums with full-range weights, and the IR runs on whatever CPU
@@ -76,6 +82,7 @@ class OvInt8Settings:
     fp32_head: bool = False
     outlier_channel_ratio: float | None = None
     cls_row_ratio: float | None = None
+    hadamard_block: int | None = None
     overflow_fix_all_layers: bool = True
 
     def __post_init__(self) -> None:
@@ -92,6 +99,11 @@ class OvInt8Settings:
         if self.cls_row_ratio is not None and self.outlier_channel_ratio is not None:
             raise ValueError("cls_row_ratio and outlier_channel_ratio are two rewrites of the same "
                              "MatMuls; a recipe takes one")
+        if self.hadamard_block is not None and self.outlier_channel_ratio is not None:
+            raise ValueError("hadamard_block and outlier_channel_ratio both rewrite what the int8 "
+                             "path reads; a recipe takes one")
+        if self.hadamard_block is not None:
+            hadamard_matrix(self.hadamard_block)  # its ValueError names the rule
         for name in ("fp32_ffn_up_layers", "fp32_ffn_down_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -112,25 +124,31 @@ class OvInt8Settings:
 #    but its int8+bf16 run reads 0.925 and its held-out short lists 0.920 (docs/export.md,
 #    "Position 0 in float"). SmoothQuant off: on the split graph it moved no score and costs a
 #    calibration pass.
-# 3. Rung 2 with every feed-forward down-projection in fp32 (on the stand-in neither their outlier
+# 3. Rung 2 with every quantized MatMul's input rotated by Hadamard blocks of 16 channels
+#    (onnxrank.export.hadamard_rotation): 91% of the stand-in's GEMM FLOPs int8. On the stand-in
+#    both its runs pass on both parts (per-query Spearman 0.991-0.995, top-10 0.95-0.99) where
+#    rung 2's miss; on `amx` it runs int8+bf16 at 0.83-0.85x of OpenVINO bf16, 1.02x rung 4
+#    (docs/export.md, "Rotated inputs").
+# 4. Rung 2 with every feed-forward down-projection in fp32 (on the stand-in neither their outlier
 #    channels nor the top layers' alone explain the rest of the loss; results/export-runs.md):
 #    60% of the stand-in's GEMM FLOPs int8. On
 #    the stand-in both its runs pass on both parts (top-10 0.95-0.975) where rung 2's int8+bf16
 #    run misses short lists (0.925); on `amx` it runs int8+bf16 at 0.72-0.81x of OpenVINO bf16.
-# 4. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
-#    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 6:
+# 5. Every feed-forward down-projection in fp32, the outlier input channels of the other weight
+#    MatMuls split off in fp32 (ratio 6): 63% of the stand-in's GEMM FLOPs stay int8 (rung 7:
 #    32%). On the stand-in its int8 run passes (per-query Spearman 0.984) where the same without
 #    the split (0.975) and the split with every down-projection int8 (0.972) do not; its
 #    int8+bf16 run misses (0.979).
-# 5. The top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
-# 6. Every feed-forward block in fp32.
-# 7. The last resort: also attention's activation products in fp32, leaving the QKV and attention
+# 6. The top 3 layers' feed-forward blocks (up- and down-projection) in fp32.
+# 7. Every feed-forward block in fp32.
+# 8. The last resort: also attention's activation products in fp32, leaving the QKV and attention
 #    output projections int8.
-# Rungs 1, 5, 6 and 7 quantize one graph, so they share NNCF's calibration passes
-# (onnxrank.export.calibration_statistics); rungs 2, 3 and 4 rewrite it and collect their own.
+# Rungs 1, 6, 7 and 8 quantize one graph, so they share NNCF's calibration passes
+# (onnxrank.export.calibration_statistics); rungs 2-5 rewrite it and collect their own.
 DEFAULT_OV_INT8_RECIPES = (
     OvInt8Settings(fp32_head=True),
     OvInt8Settings(fp32_head=True, cls_row_ratio=1.0, smooth_quant_alpha=-1.0),
+    OvInt8Settings(fp32_head=True, cls_row_ratio=1.0, smooth_quant_alpha=-1.0, hadamard_block=16),
     OvInt8Settings(fp32_head=True, cls_row_ratio=1.0, smooth_quant_alpha=-1.0,
                    fp32_ffn_down_layers=12),
     OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=12, outlier_channel_ratio=6.0),
@@ -201,6 +219,7 @@ def quantize_openvino_int8(
     statistics = statistics or StatisticsReuse()
     with tempfile.TemporaryDirectory(dir=Path(out_path).parent, prefix=".ov-int8-") as scratch:
         source, outliers, cls_rows = Path(fp32_path), None, None
+        rotation: Rotation | None = None
         if settings.outlier_channel_ratio is not None:
             source = Path(scratch) / "split.onnx"
             outliers = split_outlier_channels(fp32_path, source, calibration=calibration,
@@ -211,6 +230,12 @@ def quantize_openvino_int8(
             cls_rows = split_cls_row(fp32_path, source, calibration=calibration,
                                      ratio=settings.cls_row_ratio, skip=kept_fp32)
             kept_fp32 += [name + CLS_ROW_SUFFIX for name in cls_rows.split] + cls_rows.first_row_only
+        if settings.hadamard_block is not None:
+            rotated = Path(scratch) / "rotated.onnx"
+            rotation = rotate_matmul_inputs(source, rotated, block=settings.hadamard_block,
+                                            skip=kept_fp32)
+            source = rotated
+            kept_fp32 += list(rotation.rotations)
         overflow_fix = _quantize(openvino.Core().read_model(str(source)), out_path, settings,
                                  calibration, kept_fp32, statistics)
     logger.info("quantized %s -> %s with NNCF (%s)", fp32_path.name, out_path.name, settings)
@@ -231,10 +256,14 @@ def quantize_openvino_int8(
         "float_cls_row": None if cls_rows is None else {
             "ratio": settings.cls_row_ratio, "split": cls_rows.split,
             "first_row_only": cls_rows.first_row_only},
+        "hadamard_rotation": None if rotation is None else {
+            "block": rotation.block, "rotated": rotation.rotated,
+            "rotation_input_widths": rotation.rotations,
+            "not_a_multiple_of_block": rotation.not_a_multiple},
         "overflow_fix": overflow_fix,
         "nodes_kept_fp32": kept_fp32,
         "int8_gemm_flops_share": _int8_flops(fp32_path, kept_fp32, outliers or {},
-                                             cls_rows).share_record(),
+                                             cls_rows, rotation).share_record(),
         "source_variant": "fp32",
         "format": "OpenVINO IR (openvino.save_model, compress_to_fp16=False)",
         "calibration": {
@@ -249,10 +278,12 @@ def quantize_openvino_int8(
 
 
 def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, int],
-                cls_rows: ClsRowSplit | None) -> GemmFlops:
+                cls_rows: ClsRowSplit | None, rotation: Rotation | None = None) -> GemmFlops:
     """A pair's GEMM FLOPs and the int8 part: every weight MatMul NNCF quantizes, less its
     outlier channels and its position-0 row (NNCF's TRANSFORMER preset leaves attention's
-    activation products float). MatMuls that see position 0 only count once per pair."""
+    activation products float). MatMuls that see position 0 only count once per pair. The float
+    rotations count per token (also on position 0, which they skip when it is split off: a
+    share lower by a 128th of theirs at most)."""
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(fp32_path), load_external_data=False).graph
     shapes = {tensor.name: list(tensor.dims) for tensor in graph.initializer}
@@ -266,6 +297,9 @@ def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, i
             flops.int8_per_token += int8
             if cls_rows is not None and node.name in cls_rows.split:
                 flops.float_first_row += int8
+    if rotation is not None:
+        for width in rotation.rotations.values():
+            flops.add("MatMul", [width, rotation.block])
     return flops
 
 

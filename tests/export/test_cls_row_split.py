@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from openvino_ir import quantized_matmuls
+from openvino_ir import int8_fp32_correlation, quantize_tiny, quantized_matmuls
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, split_cls_row
 from onnxrank.export.quantize import ffn_down_projections, head_projections
-from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+from onnxrank.export.quantize_openvino import OvInt8Settings
 
 # a random tiny model has no massive [CLS] activations; ratio 0 splits every MatMul that sees
 # every position
@@ -73,10 +73,8 @@ def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
         tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
         tmp_path: Path) -> None:
     fp32 = tiny_model_dir / "model.onnx"
-    out = tmp_path / "model_ov_int8.xml"
-    record = quantize_openvino_int8(
-        fp32_path=fp32, out_path=out, calibration=calibration, layers=2,
-        settings=OvInt8Settings(fp32_head=True, cls_row_ratio=EVERY_MATMUL))
+    record, out = quantize_tiny(tiny_model_dir, calibration, tmp_path,
+                                OvInt8Settings(fp32_head=True, cls_row_ratio=EVERY_MATMUL))
     split = record["float_cls_row"]
     assert split["ratio"] == EVERY_MATMUL and split["split"] and split["first_row_only"]
     sides = [name + SIDE_PATH_SUFFIX for name in split["split"]]
@@ -89,10 +87,7 @@ def test_the_int8_ir_keeps_position_0_float_and_records_the_split(
     shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain_rung_record)]
     assert 0 < shares[0] < shares[1], shares
     assert not list(tmp_path.glob(".ov-int8-*"))
-    scores = open_model_file(out, backend="openvino", precision="int8", threads=1).run(
-        validation_batch)
-    reference = open_model_file(fp32, precision="fp32", threads=1).run(validation_batch)
-    assert np.corrcoef(scores[:, 0], reference[:, 0])[0, 1] > 0.9
+    assert int8_fp32_correlation(out, fp32, validation_batch) > 0.9
 
 
 @pytest.mark.parametrize(("settings", "message"), [

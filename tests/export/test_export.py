@@ -595,13 +595,14 @@ def test_openvino_int8_ladder_and_the_nodes_it_keeps_fp32(tiny_model_dir: Path) 
     rungs = distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=RERANK, layers=2)
     # no rung quantizes the head; on 2 layers "the top 3 layers' blocks" are every block
     assert [(r.fp32_head, r.fp32_ffn_up_layers, r.fp32_ffn_down_layers, r.outlier_channel_ratio,
-             r.cls_row_ratio, r.fp32_attention_products) for r in rungs] == [
-        (True, 0, 0, None, None, False), (True, 0, 0, None, 1.0, False),
-        (True, 0, 2, None, 1.0, False), (True, 0, 2, 6.0, None, False),
-        (True, 2, 2, None, None, False), (True, 2, 2, None, None, True)]
+             r.cls_row_ratio, r.hadamard_block, r.fp32_attention_products) for r in rungs] == [
+        (True, 0, 0, None, None, None, False), (True, 0, 0, None, 1.0, None, False),
+        (True, 0, 0, None, 1.0, 16, False), (True, 0, 2, None, 1.0, None, False),
+        (True, 0, 2, 6.0, None, None, False), (True, 2, 2, None, None, None, False),
+        (True, 2, 2, None, None, None, True)]
     # an embedder has no head to keep
     assert [r.fp32_head for r in distinct_ov_recipes(DEFAULT_OV_INT8_RECIPES, task=EMBEDDING,
-                                                     layers=2)] == [False] * 6
+                                                     layers=2)] == [False] * 7
     with pytest.raises(ValueError, match=re.escape("fp32_ffn_down_layers must be an int >= 0, got -2")):
         OvInt8Settings(fp32_ffn_down_layers=-2)
     with pytest.raises(ValueError, match=re.escape(

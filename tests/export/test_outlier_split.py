@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from openvino_ir import quantized_matmuls
+from openvino_ir import quantize_tiny, quantized_matmuls
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.outlier_split import SIDE_PATH_SUFFIX, split_outlier_channels
 from onnxrank.export.quantize import head_projections
-from onnxrank.export.quantize_openvino import OvInt8Settings, quantize_openvino_int8
+from onnxrank.export.quantize_openvino import OvInt8Settings
 
 # a random tiny model has no 6x outliers; a low ratio makes the rewrite happen
 RATIO = 1.5
@@ -55,11 +55,8 @@ def test_the_split_graph_scores_as_the_fp32_graph_and_skips_what_it_is_told(
 def test_the_int8_ir_keeps_the_side_paths_fp32_and_records_the_split(
         tiny_model_dir: Path, calibration: list, validation_batch: dict, plain_rung_record: dict,
         tmp_path: Path) -> None:
-    fp32 = tiny_model_dir / "model.onnx"
-    out = tmp_path / "model_ov_int8.xml"
-    record = quantize_openvino_int8(
-        fp32_path=fp32, out_path=out, calibration=calibration, layers=2,
-        settings=OvInt8Settings(fp32_head=True, fp32_ffn_down_layers=2, outlier_channel_ratio=RATIO))
+    record, out = quantize_tiny(tiny_model_dir, calibration, tmp_path, OvInt8Settings(
+        fp32_head=True, fp32_ffn_down_layers=2, outlier_channel_ratio=RATIO))
     split = record["outlier_channels"]
     assert split["ratio"] == RATIO and split["channels_per_matmul"]
     sides = [name + SIDE_PATH_SUFFIX for name in split["channels_per_matmul"]]
