@@ -94,7 +94,7 @@ def rotate_matmul_inputs(source_path: Path, out_path: Path, *, block: int,
         block=block, rotated=[node.name for node in rotated],
         rotations={node.input[0] + ROTATION_SUFFIX: int(weights[node.input[1]].dims[0])
                    for node in rotated},
-        not_a_multiple=[node.name for node in targets if node not in rotated])
+        not_a_multiple=[node.name for node in targets if weights[node.input[1]].dims[0] % block])
     turned = {}
     for node in rotated:
         weight = numpy_helper.to_array(weights[node.input[1]]).astype(np.float64)
