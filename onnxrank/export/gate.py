@@ -42,39 +42,49 @@ ATTEMPT_METRICS = ("spearman", "spearman_per_query_mean", "top10_overlap", "top1
                    "max_abs_diff", "cosine_min")
 
 
+def open_variant(context: ExportContext, variant: str) -> ModelRunner:
+    """One variant's file opened as its gate runs it (the first of its facts' ``runs_as``).
+
+    Raises:
+        ModelLoadError: The file cannot be opened that way on this machine.
+    """
+    run = VARIANTS[variant].runs_as[0]
+    return open_model_file(context.paths[variant], backend=run.backend, precision=run.precision)
+
+
 def validate_file(context: ExportContext, variant: str) -> tuple[
-        dict[str, Any], Any, dict[RunAs, np.ndarray]]:
-    """Run one variant's file as its gate runs it (the first of its facts' ``runs_as``) and
-    compare it with the reference.
+        dict[str, Any], dict[RunAs, np.ndarray]]:
+    """Run one variant's file as its gate runs it (`open_variant`) and compare it with the
+    reference. The runner is not returned: a ladder validates rung after rung, and a compiled
+    model kept past its rung holds its memory while the next rung quantizes.
 
     Returns:
-        The fidelity metrics, the runner and the outputs keyed by that RunAs (BuiltVariant's
-        ``outputs``); runner None and no outputs when the CPU cannot run the file and the
-        variant does not run on a CPU (fp16).
+        The fidelity metrics and the outputs keyed by the RunAs it ran as (BuiltVariant's
+        ``outputs``); no outputs when the CPU cannot run the file and the variant does not run
+        on a CPU (fp16).
 
     Raises:
         ExportError: A CPU variant's file could not be opened or run.
     """
     facts = VARIANTS[variant]
     run = facts.runs_as[0]
-    backend, precision = run.backend, run.precision
     path = context.paths[variant]
     inputs = context.inputs
     try:
-        runner = open_model_file(path, backend=backend, precision=precision)
+        runner = open_variant(context, variant)
         outputs = run_batches(inputs.batches(), runner.run, len(inputs.rows))
     except (ModelLoadError, InferenceError) as err:
         if facts.cpu:
-            raise ExportError(f"{backend} could not run {path.name}: {err}") from err
+            raise ExportError(f"{run.backend} could not run {path.name}: {err}") from err
         reason = str(err).strip().splitlines()[0]
         logger.warning("%s variant cannot run on CPU (%s); validate it on a GPU", variant, reason)
         return {"validated": False, "validated_on": None,
                 "reason": f"CPUExecutionProvider cannot run it ({reason}); fidelity can only be "
-                          "checked on a GPU with onnxruntime-gpu"}, None, {}
+                          "checked on a GPU with onnxruntime-gpu"}, {}
     metrics = compare(inputs, context.reference, outputs)
     metrics.update({"validated": True,
                     "validated_on": f"{runner.info.backend} {runner.info.provider}"})
-    return metrics, runner, {run: outputs}
+    return metrics, {run: outputs}
 
 
 def gate_on_thresholds(context: ExportContext, variant: str, built: BuiltVariant) -> None:

@@ -21,7 +21,14 @@ import numpy as np
 
 from onnxrank.engine.variants import VARIANTS, RunAs
 from onnxrank.export.context import BuiltVariant, ExportContext, VariantFailed
-from onnxrank.export.gate import attempt_metrics, attempt_record, bf16_runs, tuning_failures, validate_file
+from onnxrank.export.gate import (
+    attempt_metrics,
+    attempt_record,
+    bf16_runs,
+    open_variant,
+    tuning_failures,
+    validate_file,
+)
 from onnxrank.export.validate import batch_dependence
 
 logger = logging.getLogger(__name__)
@@ -62,7 +69,6 @@ class _SetAside:
     quantization: dict[str, Any]
     metrics: dict[str, Any]
     outputs: dict[RunAs, np.ndarray]
-    runner: Any
     files: dict[Path, Path]  # the variant's file (and the files beside it) -> where they wait
 
     def restore(self) -> None:
@@ -75,13 +81,13 @@ class _SetAside:
 
 
 def _set_aside(context: ExportContext, variant: str, index: int, quantization: dict[str, Any],
-               metrics: dict[str, Any], outputs: dict[RunAs, np.ndarray], runner: Any) -> _SetAside:
+               metrics: dict[str, Any], outputs: dict[RunAs, np.ndarray]) -> _SetAside:
     path = context.paths[variant]
     names = (path.name, *VARIANTS[variant].extra_files)
     files = {path.parent / name: path.parent / f"{name}{ASIDE_SUFFIX}" for name in names}
     for source, aside in files.items():
         os.replace(source, aside)
-    return _SetAside(index, quantization, dict(metrics), dict(outputs), runner, files)
+    return _SetAside(index, quantization, dict(metrics), dict(outputs), files)
 
 
 def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> BuiltVariant:
@@ -99,7 +105,6 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
     """
     attempts: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
-    runner: Any = None
     outputs: dict[RunAs, np.ndarray] = {}
     aside: _SetAside | None = None
     passed = False
@@ -110,7 +115,7 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
             if quantization.get("quantized_nodes") == 0:
                 attempts.append({**quantization, "passed_on_tuning": False, "skipped": SKIPPED})
                 continue
-            metrics, runner, outputs = validate_file(context, variant)
+            metrics, outputs = validate_file(context, variant)
             file_passed = passed = not tuning_failures(context, variant, metrics)
             reduced: dict[str, Any] = {}
             if file_passed:
@@ -129,11 +134,10 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
             logger.info("%s recipe %s missed the thresholds on the tuning pairs", variant,
                         rung.recipe)
             if file_passed and aside is None and index + 1 < len(rungs):
-                aside = _set_aside(context, variant, index, quantization, metrics, outputs, runner)
+                aside = _set_aside(context, variant, index, quantization, metrics, outputs)
         if not passed and aside is not None:
             aside.restore()
-            quantization, metrics, outputs, runner = (aside.quantization, aside.metrics,
-                                                      aside.outputs, aside.runner)
+            quantization, metrics, outputs = aside.quantization, aside.metrics, aside.outputs
             rung = rungs[aside.index]
             quantization = {**quantization, "kept_attempt": aside.index + 1,
                             "kept_because": KEPT_WITHOUT_BF16}
@@ -146,6 +150,6 @@ def run_ladder(context: ExportContext, variant: str, rungs: Sequence[Rung]) -> B
         if aside is not None:
             aside.discard()
     if rung.batch_dependent:
-        metrics.update(batch_dependence(runner.run, context.inputs))
+        metrics.update(batch_dependence(open_variant(context, variant).run, context.inputs))
     return BuiltVariant(metrics, quantization={**quantization, "attempts": attempts},
                         outputs=outputs)

@@ -421,7 +421,7 @@ def _encode_data(request: ExportRequest, traced: _Traced, work_dir: Path, task: 
 def _gate_fp32(context: ExportContext) -> BuiltVariant:
     """fp32 against the reference: a miss fails the whole export. Adds OpenVINO bf16's record
     (it runs model.onnx)."""
-    fidelity, _, outputs = validate_file(context, "fp32")
+    fidelity, outputs = validate_file(context, "fp32")
     if threshold_failures(context.task, "fp32", fidelity, context.thresholds):
         check_thresholds(context.task, {"fp32": fidelity}, context.thresholds)
     built = BuiltVariant(fidelity, outputs=outputs)

@@ -80,7 +80,7 @@ def search_per_row(context: ExportContext, settings: Int8Settings,
         if not tuning_failures(context, "int8", metrics):
             break
         record = quantize(sorted(order[:count]))
-        metrics, _, _ = validate_file(context, "int8")
+        metrics, _ = validate_file(context, "int8")
     logger.info("int8 sensitivity search: %s", sensitivity)
     return {**record, "search_fp32_groups": settings.search_fp32_groups,
             "sensitivity": {"metric": f"{METRIC} on the tuning pairs with one group fp32",

@@ -70,7 +70,7 @@ def build_opt(context: ExportContext) -> BuiltVariant:
     """The fused fp32 graph, validated like fp32."""
     optimization = write_opt(context)
     context.progress.step("validate opt")
-    fidelity, _, outputs = validate_file(context, "opt")
+    fidelity, outputs = validate_file(context, "opt")
     return BuiltVariant(fidelity, optimization=optimization, outputs=outputs)
 
 
@@ -79,7 +79,7 @@ def build_fp16(context: ExportContext) -> BuiltVariant:
     context.progress.step("build fp16")
     optimization, extra_files = write_fp16(context, context.paths["fp32"], context.paths["fp16"])
     context.progress.step("validate fp16")
-    fidelity, _, outputs = validate_file(context, "fp16")
+    fidelity, outputs = validate_file(context, "fp16")
     return BuiltVariant(fidelity, optimization=optimization, outputs=outputs,
                         extra_files=extra_files)
 
@@ -160,7 +160,7 @@ def build_ov_int8(context: ExportContext) -> BuiltVariant:
     if context.family.ov_int8_mode == "weight_only":  # no activation scales: no calibration, no ladder
         context.progress.step("ov_int8 weight-only")
         quantization = compress_ov_int8(context, context.paths["fp32"], context.paths["ov_int8"])
-        fidelity, _, outputs = validate_file(context, "ov_int8")
+        fidelity, outputs = validate_file(context, "ov_int8")
         return BuiltVariant(fidelity, quantization=quantization, outputs=outputs)
     return run_ladder(context, "ov_int8", ov_int8_rungs(context))
 
@@ -180,7 +180,7 @@ def validate_converted(variant: str, quantization: dict[str, Any],
     """A variant the weight-compressed route already wrote (onnxrank.export.direct_openvino),
     measured like a built one."""
     context.progress.step(f"validate {variant}")
-    fidelity, _, outputs = validate_file(context, variant)
+    fidelity, outputs = validate_file(context, variant)
     return BuiltVariant(fidelity, quantization=quantization, outputs=outputs)
 
 

@@ -120,7 +120,7 @@ def test_the_search_measures_the_best_group_once(monkeypatch: pytest.MonkeyPatch
 
     def validate_file(context, variant):  # type: ignore[no-untyped-def]
         validated.append(on_disk[-1])
-        return {sensitivity.METRIC: sum(gains[f"g{group}"] for group in on_disk[-1])}, None, {}
+        return {sensitivity.METRIC: sum(gains[f"g{group}"] for group in on_disk[-1])}, {}
 
     monkeypatch.setattr(sensitivity, "layer_groups", lambda path, keep: [["g0"], ["g1"], ["g2"]])
     monkeypatch.setattr(sensitivity, "quantize_per_row", quantize_per_row)

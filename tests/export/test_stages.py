@@ -68,7 +68,8 @@ def _fake_validation(monkeypatch: pytest.MonkeyPatch, spearmans: list[float]) ->
     """Each validation of the ladder measures the next of `spearmans`; 0.9 and up passes."""
     measured = iter(spearmans)
     monkeypatch.setattr(ladder, "validate_file", lambda context, variant: (
-        {"spearman": next(measured), "part": "tuning"}, SimpleNamespace(run=None), {}))
+        {"spearman": next(measured), "part": "tuning"}, {}))
+    monkeypatch.setattr(ladder, "open_variant", lambda context, variant: SimpleNamespace(run=None))
     monkeypatch.setattr(ladder, "tuning_failures", lambda context, variant, metrics: (
         [] if metrics["spearman"] >= 0.9 else ["spearman too low"]))
     monkeypatch.setattr(ladder, "batch_dependence", lambda run, inputs: {"batch": 0.0})
