@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import weight_matmuls
 from onnxrank.export.graph_probe import probe_tensors
 
 logger = logging.getLogger(__name__)
@@ -87,9 +88,7 @@ def split_cls_row(fp32_path: Path, out_path: Path, *,
                          "got none")
     onnx = require("onnx", extra="export")
     model = onnx.load(str(fp32_path))
-    weights = {tensor.name for tensor in model.graph.initializer if len(tensor.dims) == 2}
-    candidates = {node.name: node.input[0] for node in model.graph.node
-                  if node.op_type == "MatMul" and node.name not in skip and node.input[1] in weights}
+    candidates = {node.name: node.input[0] for node in weight_matmuls(model.graph, skip)}
     sources = sorted(set(candidates.values()))
     every_row: set[str] = set()
     first_only: set[str] = set()

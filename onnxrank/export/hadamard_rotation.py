@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import drop_unused_initializers, weight_matmuls
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +87,8 @@ def rotate_matmul_inputs(source_path: Path, out_path: Path, *, block: int,
     numpy_helper = onnx.numpy_helper
     model = onnx.load(str(source_path))
     graph = model.graph
-    weights = {tensor.name: tensor for tensor in graph.initializer if len(tensor.dims) == 2}
-    targets = [node for node in graph.node if node.op_type == "MatMul" and node.name not in skip
-               and node.input[1] in weights]
+    weights = {tensor.name: tensor for tensor in graph.initializer}
+    targets = weight_matmuls(graph, skip)
     rotated = [node for node in targets if weights[node.input[1]].dims[0] % block == 0]
     done = Rotation(
         block=block, rotated=[node.name for node in rotated],
@@ -107,7 +107,7 @@ def rotate_matmul_inputs(source_path: Path, out_path: Path, *, block: int,
         numpy_helper.from_array(np.array([-1, block], np.int64), f"hadamard_{block}/rows"),
         *(numpy_helper.from_array(value.astype(np.float32), name) for name, value in turned.items())])
     _insert_rotations(model, rotated, block)
-    _drop_unused_initializers(graph)
+    drop_unused_initializers(graph)
     onnx.save(model, str(out_path), save_as_external_data=True, all_tensors_to_one_file=True,
               location=f"{Path(out_path).name}.data")
     logger.info("inputs of %d of %d weight MatMuls rotated in blocks of %d (%d rotations)",
@@ -141,11 +141,3 @@ def _insert_rotations(model: Any, rotated: list[Any], block: int) -> None:
         nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-
-
-def _drop_unused_initializers(graph: Any) -> None:
-    """Remove the original weights that only rotated MatMuls read."""
-    used = {name for node in graph.node for name in node.input}
-    kept = [tensor for tensor in graph.initializer if tensor.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import weight_matmuls
 from onnxrank.export.graph_probe import probe_tensors
 
 logger = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ def split_outlier_channels(fp32_path: Path, out_path: Path, *,
     onnx = require("onnx", extra="export")
     model = onnx.load(str(fp32_path))
     weights = {tensor.name: tensor for tensor in model.graph.initializer}
-    targets = {node.name: node.input[0] for node in model.graph.node
-               if node.op_type == "MatMul" and node.name not in skip
-               and node.input[1] in weights and len(weights[node.input[1]].dims) == 2}
+    targets = {node.name: node.input[0] for node in weight_matmuls(model.graph, skip)}
     maxima = _channel_maxima(fp32_path, sorted(set(targets.values())), calibration, out_path)
     outliers = {}
     for name, source in targets.items():

@@ -278,7 +278,7 @@ def quantize_openvino_int8(
 
 
 def _int8_flops(fp32_path: Path, kept_fp32: Sequence[str], outliers: dict[str, int],
-                cls_rows: ClsRowSplit | None, rotation: Rotation | None = None) -> GemmFlops:
+                cls_rows: ClsRowSplit | None, rotation: Rotation | None) -> GemmFlops:
     """A pair's GEMM FLOPs and the int8 part: every weight MatMul NNCF quantizes, less its
     outlier channels and its position-0 row (NNCF's TRANSFORMER preset leaves attention's
     activation products float). MatMuls that see position 0 only count once per pair. The float

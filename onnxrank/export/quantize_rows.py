@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import drop_unused_initializers
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +135,9 @@ def quantize_per_row(fp32_path: Path, out_path: Path, *, block_size: int,
             name=node.name, domain="com.microsoft", K=inputs, N=outputs, bits=BITS,
             block_size=block_size, accuracy_level=ACCURACY_LEVEL))
         flops.int8_per_token += 2.0 * inputs * outputs
-    still_used = {name for node in nodes for name in node.input}
-    remaining = [tensor for tensor in graph.initializer if tensor.name in still_used]
-    del graph.initializer[:]
-    graph.initializer.extend(remaining)
     del graph.node[:]
     graph.node.extend(nodes)
+    drop_unused_initializers(graph)
     if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     onnx.save(model, str(out_path))
