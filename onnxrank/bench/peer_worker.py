@@ -22,12 +22,14 @@ Kinds:
 
 - ``torch``: CrossEncoder on PyTorch fp32 (runs in onnxrank's own environment too: the tests drive
   the protocol with it).
-- ``openvino``: ``CrossEncoder(dir, backend="openvino")``, its default precision on the machine
-  (OpenVINO's inference precision hint: bf16 where the CPU has it).
+- ``openvino``: ``CrossEncoder(dir, backend="openvino")`` at its faster precision on the machine:
+  OpenVINO's default inference precision hint (bf16 where the CPU has it) or f32, whichever
+  `fastest` times faster on the first BATCH_SIZE calibration pairs of the load request (on an
+  Intel Xeon whose hypervisor hides AMX, OpenVINO's bf16 ran the stand-in at 0.6-0.8x its f32).
 - ``openvino_int8``: the model saved by ``export_static_quantized_openvino_model`` with its
-  default quantization config; its default calibration set (glue/sst2) needs the Hugging Face
-  Hub, so it is calibrated on the pairs the load request carries (onnxrank's shipped calibration
-  pairs), tokenized as pairs.
+  default quantization config, its float part at the faster hint as for ``openvino``; its
+  default calibration set (glue/sst2) needs the Hugging Face Hub, so it is calibrated on the
+  pairs the load request carries (onnxrank's shipped calibration pairs), tokenized as pairs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,7 +55,10 @@ KIND_PACKAGES = {
 }
 INSTALL_HINT = "docs/peers.md, \"A second environment for the OpenVINO peers\""
 INT8_FILE_SUFFIX = "qint8_quantized"  # export_static_quantized_openvino_model's default
+FLOAT_FILE = "openvino/openvino_model.xml"  # where CrossEncoder.save_pretrained puts the IR
 CALIBRATION_COLUMN = "pair"
+FLOAT_HINT = "f32"  # the precision hint timed against OpenVINO's default on the machine
+PRECISION_ROUNDS = 3  # rounds of `fastest`, each timing every candidate once after a warm-up
 
 
 class PeerRequestError(Exception):
@@ -90,6 +96,31 @@ def _write_calibration(work_dir: Path, pairs: list[list[str]]) -> Path:
     return directory
 
 
+def fastest(candidates: dict[str, Callable[[], object]],
+            rounds: int = PRECISION_ROUNDS) -> tuple[str, dict[str, float]]:
+    """The candidate whose call takes the least time, and each one's best time in ms.
+
+    Every candidate runs once untimed, then `rounds` rounds run each once, each round starting
+    one candidate later, so a stall of the machine costs every candidate a round rather than one
+    candidate all its runs (the engine's probe, onnxrank.engine.runtime, times its candidates the
+    same way; this file imports only the standard library).
+    """
+    if not candidates or rounds < 1:
+        raise ValueError(f"fastest needs candidates and rounds >= 1, got {len(candidates)} "
+                         f"candidates and {rounds} rounds")
+    names = list(candidates)
+    for name in names:
+        candidates[name]()
+    best = dict.fromkeys(names, float("inf"))
+    for round_index in range(rounds):
+        for offset in range(len(names)):
+            name = names[(round_index + offset) % len(names)]
+            started = time.perf_counter()
+            candidates[name]()
+            best[name] = min(best[name], (time.perf_counter() - started) * 1000)
+    return min(names, key=lambda name: best[name]), best
+
+
 class Peer:
     """One loaded CrossEncoder path."""
 
@@ -104,6 +135,7 @@ class Peer:
 
         threads = int(request["threads"])
         torch.set_num_threads(threads)
+        self.identity = torch.nn.Identity()  # scores as logits: see `score`
         checkpoint, work_dir = str(request["checkpoint"]), Path(request["work_dir"])
         common: dict[str, Any] = {"max_length": int(request["max_length"]),
                                   "local_files_only": True}
@@ -116,33 +148,44 @@ class Peer:
                 checkpoint, device="cpu", model_kwargs={"dtype": torch.float32}, **common)
             settings["precision"] = "fp32"
         else:
+            calibration = request.get("calibration") or []
+            if not calibration:
+                raise PeerRequestError("bad_request", f"{kind} needs calibration pairs (it times "
+                                                      "its precisions on them)")
             ov_config = {"INFERENCE_NUM_THREADS": threads}
             model = sentence_transformers.CrossEncoder(
                 checkpoint, device="cpu", backend="openvino",
                 model_kwargs={"ov_config": ov_config}, **common)
+            saved, file_name = work_dir / "openvino", FLOAT_FILE
             if kind == "openvino_int8":
-                model = self._static_int8(sentence_transformers, model, work_dir, ov_config,
-                                          request.get("calibration") or [], common)
+                saved, file_name = self._static_int8(model, work_dir, calibration)
                 settings["calibration"] = (
-                    f"{len(request['calibration'])} onnxrank calibration pairs (its default, "
+                    f"{len(calibration)} onnxrank calibration pairs (its default, "
                     "glue/sst2, needs the Hugging Face Hub)")
-            self.model = model
-            compiled = model.transformers_model.request
+            else:
+                model.save_pretrained(str(saved))
+
+            def load(hint: str | None) -> Any:
+                config = ov_config if hint is None else {**ov_config,
+                                                         "INFERENCE_PRECISION_HINT": hint}
+                return sentence_transformers.CrossEncoder(
+                    str(saved), device="cpu", backend="openvino",
+                    model_kwargs={"ov_config": config, "file_name": file_name}, **common)
+
+            self.model, settings["precision_probe_ms"] = self._faster_precision(
+                load, [tuple(pair) for pair in calibration[:BATCH_SIZE]])
+            compiled = self.model.transformers_model.request
             settings["precision"] = (
                 ("int8 + " if kind == "openvino_int8" else "")
                 + compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
             import openvino
             settings["runtime"] += f", OpenVINO {openvino.__version__}"
-        self.identity = torch.nn.Identity()
         self.settings = settings
 
     @staticmethod
-    def _static_int8(sentence_transformers: Any, model: Any, work_dir: Path,
-                     ov_config: dict[str, Any], calibration: list[list[str]],
-                     common: dict[str, Any]) -> Any:
-        """export_static_quantized_openvino_model on `model`, then the model it saved."""
-        if not calibration:
-            raise PeerRequestError("bad_request", "openvino_int8 needs calibration pairs")
+    def _static_int8(model: Any, work_dir: Path,
+                     calibration: list[list[str]]) -> tuple[Path, str]:
+        """export_static_quantized_openvino_model on `model`: the directory and file it saved."""
         from sentence_transformers.backend import export_static_quantized_openvino_model
 
         saved = work_dir / "openvino_int8"
@@ -150,11 +193,25 @@ class Peer:
         export_static_quantized_openvino_model(
             model, None, str(saved), dataset_name=str(_write_calibration(work_dir, calibration)),
             dataset_config_name="default", dataset_split="train", column_name=CALIBRATION_COLUMN)
-        return sentence_transformers.CrossEncoder(
-            str(saved), device="cpu", backend="openvino",
-            model_kwargs={"ov_config": ov_config,
-                          "file_name": f"openvino/openvino_model_{INT8_FILE_SUFFIX}.xml"},
-            **common)
+        return saved, f"openvino/openvino_model_{INT8_FILE_SUFFIX}.xml"
+
+    def _faster_precision(self, load: Callable[[str | None], Any],
+                          pairs: list[tuple[str, ...]]) -> tuple[Any, dict[str, float]]:
+        """The model at OpenVINO's default precision hint or at f32, whichever `fastest` times
+        faster on `pairs` (the peer at its best, not at its default), and both times in ms."""
+        default = load(None)
+        hint = default.transformers_model.request.get_property(
+            "INFERENCE_PRECISION_HINT").get_type_name()
+        if hint == FLOAT_HINT:
+            return default, {}
+        models = {hint: default, FLOAT_HINT: load(FLOAT_HINT)}
+
+        def scorer(model: Any) -> Callable[[], object]:
+            return lambda: model.predict(pairs, batch_size=BATCH_SIZE, show_progress_bar=False,
+                                         activation_fn=self.identity)
+
+        chosen, times = fastest({name: scorer(model) for name, model in models.items()})
+        return models[chosen], {name: round(ms, 1) for name, ms in times.items()}
 
     def score(self, pairs: list[list[str]]) -> tuple[list[float], float]:
         started = time.perf_counter()

@@ -63,8 +63,10 @@ ONNX_SKIP_REASON = (
 CHILD_PEERS = ("openvino", "openvino_int8")
 CHILD_LABELS = {
     "torch": "sentence-transformers CrossEncoder (PyTorch fp32) in a child process",
-    "openvino": 'sentence-transformers CrossEncoder(backend="openvino"), its default precision',
-    "openvino_int8": "sentence-transformers export_static_quantized_openvino_model (defaults)",
+    "openvino": 'sentence-transformers CrossEncoder(backend="openvino") at its faster precision '
+                "(OpenVINO's default hint or f32)",
+    "openvino_int8": "sentence-transformers export_static_quantized_openvino_model (defaults), its "
+                     "float part at the faster hint",
 }
 PEER_PYTHON_HINT = ("not run: pass --peer-python PATH, the interpreter of an environment with "
                     "sentence-transformers[openvino] and datasets, built as "

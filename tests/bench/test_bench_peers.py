@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,26 @@ def test_worker_protocol_errors() -> None:
     assert [(reply["ok"], reply["error"]) for reply in replies] == [(False, "bad_request")] * 4
     assert replies[1]["message"] == (
         "kind must be one of torch, openvino, openvino_int8, got 'onnx'")
+
+
+def test_fastest_keeps_the_quickest_candidate_and_times_each_in_every_round() -> None:
+    """The OpenVINO peers' precision choice (their faster hint): every candidate is called once
+    untimed and once per round, and the one with the least best time wins."""
+    calls: dict[str, int] = {"slow": 0, "quick": 0}
+
+    def run(name: str, seconds: float):
+        def call() -> None:
+            calls[name] += 1
+            time.sleep(seconds)
+        return call
+
+    chosen, times = peer_worker.fastest({"slow": run("slow", 0.03), "quick": run("quick", 0.0)},
+                                        rounds=2)
+    assert chosen == "quick" and calls == {"slow": 3, "quick": 3}
+    assert times["slow"] >= 30.0 > times["quick"] >= 0.0
+    for candidates, rounds in (({}, 3), ({"only": lambda: None}, 0)):
+        with pytest.raises(ValueError, match="fastest needs candidates and rounds >= 1"):
+            peer_worker.fastest(candidates, rounds=rounds)
 
 
 def test_fidelity_on_constructed_rankings() -> None:
