@@ -47,12 +47,19 @@ class ClsRowSplit:
     """What `split_cls_row` did to a graph's weight MatMuls, each list in graph order.
 
     Attributes:
+        ratio: The rule's ratio: a MatMul was split where position 0's max |input| exceeded
+            `ratio` x every other position's.
         split: MatMuls rewritten: position 0 on the float side path, the other rows int8.
         first_row_only: MatMuls whose input is position 0 alone (one row per pair): kept float.
     """
 
+    ratio: float
     split: list[str]
     first_row_only: list[str]
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's ``float_cls_row`` entry."""
+        return {"ratio": self.ratio, "split": self.split, "first_row_only": self.first_row_only}
 
 
 def split_cls_row(fp32_path: Path, out_path: Path, *,
@@ -106,6 +113,7 @@ def split_cls_row(fp32_path: Path, out_path: Path, *,
     split_sources = {source for source in every_row - first_only
                      if first_peak[source] > ratio * rest_peak[source]}
     done = ClsRowSplit(
+        ratio=ratio,
         split=[name for name, source in candidates.items() if source in split_sources],
         first_row_only=[name for name, source in candidates.items()
                         if source in first_only - every_row])

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxrank._optional import require
-from onnxrank.export.quantize_rows import quantize_per_row
+from onnxrank.export.quantize_rows import quantize_per_row, split_source
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ class Int8Settings:
         search_fp32_groups: ``per_row`` only: when > 0, measure each encoder layer group's effect
             on the gate and keep up to this many of the most sensitive groups in fp32
             (onnxrank.export.sensitivity); 0 puts every encoder MatMul in int8.
+        cls_row_ratio: ``per_row`` only: position 0 of every weight MatMul whose input's range it
+            sets (its max |value| over the calibration rows above this ratio x every other
+            position's) runs on a float side path (onnxrank.export.cls_row_split); None splits
+            nothing.
     """
 
     method: Literal["per_row", "dynamic", "static"] = "dynamic"
@@ -51,6 +55,7 @@ class Int8Settings:
     fp32_ffn_up_layers: int = 0
     block_size: int = 32
     search_fp32_groups: int = 0
+    cls_row_ratio: float | None = None
 
     def __post_init__(self) -> None:
         if self.method not in INT8_METHODS:
@@ -62,9 +67,12 @@ class Int8Settings:
             raise ValueError(
                 f"fp32_ffn_up_layers must be an int >= 0, got {self.fp32_ffn_up_layers!r}"
             )
-        if self.search_fp32_groups and self.method != "per_row":
-            raise ValueError("search_fp32_groups applies to the per_row method only, got "
-                             f"method={self.method!r}")
+        for name in ("search_fp32_groups", "cls_row_ratio"):
+            if getattr(self, name) not in (0, None) and self.method != "per_row":
+                raise ValueError(f"{name} applies to the per_row method only, got "
+                                 f"method={self.method!r}")
+        if self.cls_row_ratio is not None and not self.cls_row_ratio >= 0:
+            raise ValueError(f"cls_row_ratio must be None or >= 0, got {self.cls_row_ratio}")
         if self.method != "dynamic" and self.fp32_ffn_up_layers:
             raise ValueError(
                 "fp32_ffn_up_layers applies to dynamic quantization of the fused graph only, "
@@ -74,9 +82,11 @@ class Int8Settings:
 
 # Tried in order; the first whose int8 file meets the fidelity thresholds is kept.
 # 0. Per-row: every encoder MatMul in int8 with per-token activation scales, the score head in
-#    fp32. On the stand-in it passes the gate where every dynamic rung with feed-forward int8
-#    fails, and a row's score no longer moves with its batch mates (docs/export.md). The dynamic
-#    rungs below are its fallback (a graph whose projections are not plain MatMuls).
+#    fp32, and position 0 in float where it sets a MatMul's range (ratio 1: the row the head
+#    reads). On the stand-in it passes the gate where every dynamic rung with feed-forward int8
+#    fails, and a row's score no longer moves with its batch mates (docs/export.md); without
+#    position 0 in float it met the tuning part and missed held-out short lists (top-10 0.93).
+#    The dynamic rungs below are its fallback (a graph whose projections are not plain MatMuls).
 #    When it misses, the same with up to 3 of the most sensitive encoder layer groups in fp32,
 #    measured one group at a time (onnxrank.export.sensitivity).
 # 1. Every supported op, per-channel weights: ~4x smaller (docs/export.md).
@@ -87,8 +97,8 @@ class Int8Settings:
 # 3. Only the fused Attention (QKV projections) and the embedding table in int8: the last resort.
 FFN_UP_FP32_LADDER = (1, 2, 3, 6, 12)
 DEFAULT_INT8_RECIPES = (
-    Int8Settings("per_row"),
-    Int8Settings("per_row", search_fp32_groups=3),
+    Int8Settings("per_row", cls_row_ratio=1.0),
+    Int8Settings("per_row", search_fp32_groups=3, cls_row_ratio=1.0),
     Int8Settings("dynamic", per_channel=True),
     *(Int8Settings("dynamic", per_channel=True, fp32_ffn_up_layers=layers)
       for layers in FFN_UP_FP32_LADDER),
@@ -214,7 +224,8 @@ def quantize_int8(
 ) -> dict[str, Any]:
     """Write the int8 variant and return the manifest's ``quantization`` entry.
 
-    0. Per-row: MatMulNBits on the plain fp32 graph (onnxrank.export.quantize_rows).
+    0. Per-row: MatMulNBits on the plain fp32 graph (onnxrank.export.quantize_rows), position 0
+       split off in float first when `settings.cls_row_ratio` is set.
     1. Dynamic: quantizes the fused graph (`opt_path`) when given, so fused Attention becomes
        QAttention; else the plain fp32 graph. The top `fp32_ffn_up_layers` feed-forward
        up-projections stay fp32 (see ffn_up_projections).
@@ -226,17 +237,21 @@ def quantize_int8(
         opt_path: The fused graph, or None if it was not built.
         out_path: Target file.
         settings: Method and granularity.
-        calibration: Input batches (name -> int64 array) for static calibration.
+        calibration: Input batches (name -> int64 array) for static calibration; for per_row
+            with a cls_row_ratio, one unpadded row per item (the split reads position 0's range).
         keep_fp32: Node name -> why it stays fp32 whatever the settings (a decoder's score head;
             per_row: a cross-encoder's head too).
 
     Raises:
-        ValueError: Static quantization without calibration batches.
+        ValueError: Static quantization, or per_row with a cls_row_ratio, without calibration.
     """
     keep_fp32 = dict(keep_fp32 or {})
     if settings.method == "per_row":
-        return quantize_per_row(fp32_path, out_path, block_size=settings.block_size,
-                                keep_fp32=keep_fp32)
+        rows = None if calibration is None else list(calibration)
+        with split_source(fp32_path, out_path, cls_row_ratio=settings.cls_row_ratio,
+                          calibration=rows, skip=list(keep_fp32)) as (source, cls_rows):
+            return quantize_per_row(source, out_path, block_size=settings.block_size,
+                                    keep_fp32=keep_fp32, cls_rows=cls_rows)
     quantization = require("onnxruntime.quantization", extra="export")
     if settings.method == "dynamic":
         source = opt_path if opt_path is not None else fp32_path

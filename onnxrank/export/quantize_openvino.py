@@ -253,9 +253,7 @@ def quantize_openvino_int8(
         "fp32_head": settings.fp32_head,
         "outlier_channels": None if outliers is None else {
             "ratio": settings.outlier_channel_ratio, "channels_per_matmul": outliers},
-        "float_cls_row": None if cls_rows is None else {
-            "ratio": settings.cls_row_ratio, "split": cls_rows.split,
-            "first_row_only": cls_rows.first_row_only},
+        "float_cls_row": None if cls_rows is None else cls_rows.record(),
         "hadamard_rotation": None if rotation is None else {
             "block": rotation.block, "rotated": rotation.rotated,
             "rotation_input_widths": rotation.rotations,

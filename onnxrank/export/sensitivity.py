@@ -13,15 +13,17 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, ClsRowSplit
 from onnxrank.export.context import ExportContext
 from onnxrank.export.gate import tuning_failures, validate_file
 from onnxrank.export.quantize import Int8Settings
-from onnxrank.export.quantize_rows import quantize_per_row
+from onnxrank.export.quantize_rows import quantize_per_row, split_source
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +57,22 @@ def search_per_row(context: ExportContext, settings: Int8Settings,
     """Write the per-row int8 file with the fewest layer groups in fp32 that pass the gate on the
     tuning pairs (or the search's last split) and return its ``quantization`` record, with the
     measured ``sensitivity`` table."""
-    path, out = context.paths["fp32"], context.paths["int8"]
-    groups = layer_groups(path, keep_fp32)
+    out = context.paths["int8"]
+    rows = None if settings.cls_row_ratio is None else [
+        context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
+    with split_source(context.paths["fp32"], out, cls_row_ratio=settings.cls_row_ratio,
+                      calibration=rows, skip=list(keep_fp32)) as (path, cls_rows):
+        return _search(context, settings, keep_fp32, path, cls_rows)
+
+
+def _search(context: ExportContext, settings: Int8Settings, keep_fp32: Mapping[str, str],
+            path: Path, cls_rows: ClsRowSplit | None) -> dict[str, Any]:
+    """search_per_row on the graph `path` (the fp32 export, or its position-0 split)."""
+    out = context.paths["int8"]
+    # position 0's float products are not the search's to choose
+    float_rows = [] if cls_rows is None else cls_rows.first_row_only + [
+        name + SIDE_PATH_SUFFIX for name in cls_rows.split]
+    groups = layer_groups(path, {**keep_fp32, **dict.fromkeys(float_rows, "position 0")})
     if not groups:  # nothing to choose between: the ladder skips this rung
         return {"method": "per_row", "quantized_nodes": 0,
                 "search_fp32_groups": settings.search_fp32_groups}
@@ -64,7 +80,8 @@ def search_per_row(context: ExportContext, settings: Int8Settings,
     def quantize(fp32_groups: list[int]) -> dict[str, Any]:
         kept = {**keep_fp32, **{name: f"sensitivity search: layer group {index} fp32"
                                 for index in fp32_groups for name in groups[index]}}
-        return quantize_per_row(path, out, block_size=settings.block_size, keep_fp32=kept)
+        return quantize_per_row(path, out, block_size=settings.block_size, keep_fp32=kept,
+                                cls_rows=cls_rows)
 
     measured = []  # each group alone fp32: the gate's metrics on the tuning pairs
     for index in range(len(groups)):

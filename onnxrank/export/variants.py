@@ -108,6 +108,7 @@ def int8_rungs(context: ExportContext) -> list[Rung]:
         write_opt(context)  # the dynamic recipes quantize the fused graph when there is one
     opt_path = paths["opt"] if paths["opt"].is_file() else None
     batches = [context.graph_feeds(feeds) for feeds in context.calibration.padded_batches()]
+    rows = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
     family_fp32 = dict.fromkeys(context.family.fp32_nodes(paths["fp32"]),
                                 f"the {context.family.name} family keeps it fp32 (score head)")
     # a cross-encoder's head turns small [CLS] differences into the score: per-row int8 keeps it
@@ -118,7 +119,7 @@ def int8_rungs(context: ExportContext) -> list[Rung]:
                  if recipe.search_fp32_groups else
                  partial(quantize_int8, fp32_path=paths["fp32"], opt_path=opt_path,
                          out_path=paths["int8"], settings=recipe,
-                         calibration=batches if recipe.method == "static" else None,
+                         calibration=batches if recipe.method == "static" else rows,
                          keep_fp32={**head, **family_fp32} if recipe.method == "per_row"
                          else family_fp32),
                  # dynamic scales follow each batch, static ones do not; per-row ones should

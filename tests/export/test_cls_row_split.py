@@ -1,6 +1,6 @@
-"""Position 0 split off before OpenVINO static int8, on the tiny reranker: the rewrite is exact in
-fp32, carries the halves through the feed-forward block, leaves the pruned last layer whole, and
-the int8 IR keeps position 0 float."""
+"""Position 0 split off before static int8 (OpenVINO) and per-row int8 (onnxruntime), on the tiny
+reranker: the rewrite is exact in fp32, carries the halves through the feed-forward block, leaves
+the pruned last layer whole, and both int8 files keep position 0 float."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from openvino_ir import int8_fp32_correlation, quantize_tiny, quantized_matmuls
 
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, split_cls_row
-from onnxrank.export.quantize import ffn_down_projections, head_projections
+from onnxrank.export.quantize import (
+    Int8Settings,
+    ffn_down_projections,
+    head_projections,
+    quantize_int8,
+)
 from onnxrank.export.quantize_openvino import OvInt8Settings
 
 # a random tiny model has no massive [CLS] activations; ratio 0 splits every MatMul that sees
@@ -110,3 +115,46 @@ def test_the_split_refuses_rows_of_one_token_and_a_negative_ratio(
     with pytest.raises(ValueError, match=re.escape("ratio must be >= 0, got -0.5")):
         split_cls_row(fp32, tmp_path / "split.onnx", calibration=calibration, ratio=-0.5, skip=())
     assert not list(tmp_path.iterdir())
+
+
+def test_per_row_int8_keeps_position_0_float_and_counts_it(
+        tiny_model_dir: Path, calibration: list, validation_batch: dict, tmp_path: Path) -> None:
+    """The onnxruntime int8 ladder's first rung: MatMulNBits on every row but position 0, whose
+    products (and the pruned layer's one-row products) stay float MatMuls."""
+    fp32 = tiny_model_dir / "model.onnx"
+    head = dict.fromkeys(head_projections(fp32), "head")
+    plain = quantize_int8(fp32_path=fp32, opt_path=None, out_path=tmp_path / "plain.onnx",
+                          settings=Int8Settings("per_row"), keep_fp32=head)
+    out = tmp_path / "split.onnx"
+    record = quantize_int8(fp32_path=fp32, opt_path=None, out_path=out, calibration=calibration,
+                           settings=Int8Settings("per_row", cls_row_ratio=EVERY_MATMUL),
+                           keep_fp32=head)
+    split = record["float_cls_row"]
+    assert plain["float_cls_row"] is None
+    assert split["ratio"] == EVERY_MATMUL and split["split"] and split["first_row_only"]
+    kinds = {node.name: node.op_type for node in onnx.load(str(out)).graph.node}
+    assert {kinds[name] for name in split["split"]} == {"MatMulNBits"}
+    sides = [name + SIDE_PATH_SUFFIX for name in split["split"]]
+    assert {kinds[name] for name in sides + split["first_row_only"]} == {"MatMul"}
+    assert set(sides + split["first_row_only"]) <= set(record["nodes_kept_fp32"])
+    assert record["quantized_nodes"] == plain["quantized_nodes"] - len(split["first_row_only"])
+    shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain)]
+    assert 0 < shares[0] < shares[1], shares
+    assert not list(tmp_path.glob(".per-row-*"))  # the split graph was scratch
+    scores = open_model_file(out, precision="int8", threads=1).run(validation_batch)[:, 0]
+    reference = open_model_file(fp32, precision="fp32", threads=1).run(validation_batch)[:, 0]
+    assert np.corrcoef(scores, reference)[0, 1] > 0.99
+
+
+def test_per_row_position_0_needs_calibration_rows_and_the_per_row_method(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=re.escape(
+            "per-row int8 with position 0 in float needs calibration rows")):
+        quantize_int8(fp32_path=tiny_model_dir / "model.onnx", opt_path=None,
+                      out_path=tmp_path / "int8.onnx",
+                      settings=Int8Settings("per_row", cls_row_ratio=1.0))
+    with pytest.raises(ValueError, match=re.escape(
+            "cls_row_ratio applies to the per_row method only, got method='dynamic'")):
+        Int8Settings("dynamic", cls_row_ratio=1.0)
+    with pytest.raises(ValueError, match=re.escape("cls_row_ratio must be None or >= 0, got -1")):
+        Int8Settings("per_row", cls_row_ratio=-1)

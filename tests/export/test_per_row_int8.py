@@ -103,6 +103,31 @@ def test_a_missed_gate_measures_each_layer_group_and_keeps_the_most_sensitive_fp
     assert attempt["quantized_nodes"] == 6  # the other group stayed int8
 
 
+def test_the_search_leaves_position_0_float_out_of_its_groups(tiny_checkpoint_dir: Path,
+                                                              tmp_path: Path) -> None:
+    from child_process import in_child_process
+
+    from onnxrank.export.fidelity import FidelityThresholds
+    from onnxrank.export.pipeline import ExportRequest, export_model
+
+    # ratio 0 splits position 0 off every MatMul that sees every row (a random tiny model has no
+    # massive [CLS] activations); the floor only fp32 meets makes the search run
+    result = in_child_process(export_model, ExportRequest(
+        model=str(tiny_checkpoint_dir), out_dir=tmp_path / "m", variants=("fp32", "int8"),
+        int8=(Int8Settings("per_row", search_fp32_groups=1, cls_row_ratio=0.0),),
+        validation_pairs=16, thresholds=FidelityThresholds(int8_min_spearman_per_query=1.0)))
+    (attempt,) = result.spec.failed_variants["int8"]["attempts"]
+    split = attempt["float_cls_row"]
+    # layer 0: its 6 products split; layer 1 (pruned to [CLS]): keys and values split, its other
+    # 4 products see position 0 only and stay fp32 whatever the search keeps
+    assert (len(split["split"]), len(split["first_row_only"])) == (8, 4)
+    table = attempt["sensitivity"]["groups"]
+    assert [(row["group"], row["nodes"]) for row in table] == [(0, 6), (1, 2)]
+    kept = attempt["nodes_kept_fp32"]
+    assert all(kept[name + "/cls_row"] == "position 0 of a split MatMul (float side path)"
+               for name in split["split"])
+
+
 @pytest.mark.parametrize(("passing", "validations"), [(1, 3), (2, 4)])
 def test_the_search_measures_the_best_group_once(monkeypatch: pytest.MonkeyPatch, passing: int,
                                                  validations: int) -> None:
@@ -114,7 +139,8 @@ def test_the_search_measures_the_best_group_once(monkeypatch: pytest.MonkeyPatch
     validated: list[frozenset[str]] = []
     gains = {"g0": 0.5, "g1": 0.9, "g2": 0.7}  # group 1 gains most, then group 2
 
-    def quantize_per_row(path, out, *, block_size, keep_fp32):  # type: ignore[no-untyped-def]
+    def quantize_per_row(path, out, *, block_size, keep_fp32, cls_rows):  # type: ignore[no-untyped-def]
+        assert cls_rows is None  # the recipe splits nothing off
         on_disk.append(frozenset(why.split()[-2] for why in keep_fp32.values()))
         return {"method": "per_row", "kept": sorted(keep_fp32)}
 
