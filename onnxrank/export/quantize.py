@@ -67,8 +67,10 @@ class Int8Settings:
             raise ValueError(
                 f"fp32_ffn_up_layers must be an int >= 0, got {self.fp32_ffn_up_layers!r}"
             )
-        for name in ("search_fp32_groups", "cls_row_ratio"):
-            if getattr(self, name) not in (0, None) and self.method != "per_row":
+        per_row_only = {"search_fp32_groups": self.search_fp32_groups != 0,
+                        "cls_row_ratio": self.cls_row_ratio is not None}
+        for name, set_here in per_row_only.items():
+            if set_here and self.method != "per_row":
                 raise ValueError(f"{name} applies to the per_row method only, got "
                                  f"method={self.method!r}")
         if self.cls_row_ratio is not None and not self.cls_row_ratio >= 0:

@@ -153,8 +153,9 @@ def test_per_row_position_0_needs_calibration_rows_and_the_per_row_method(
         quantize_int8(fp32_path=tiny_model_dir / "model.onnx", opt_path=None,
                       out_path=tmp_path / "int8.onnx",
                       settings=Int8Settings("per_row", cls_row_ratio=1.0))
-    with pytest.raises(ValueError, match=re.escape(
-            "cls_row_ratio applies to the per_row method only, got method='dynamic'")):
-        Int8Settings("dynamic", cls_row_ratio=1.0)
+    for ratio in (1.0, 0.0):  # 0 is a ratio (split every MatMul), not "unset"
+        with pytest.raises(ValueError, match=re.escape(
+                "cls_row_ratio applies to the per_row method only, got method='dynamic'")):
+            Int8Settings("dynamic", cls_row_ratio=ratio)
     with pytest.raises(ValueError, match=re.escape("cls_row_ratio must be None or >= 0, got -1")):
         Int8Settings("per_row", cls_row_ratio=-1)
