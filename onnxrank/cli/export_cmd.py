@@ -99,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(export, "export", "--int8-method", choices=("auto", *INT8_METHODS),
              default="auto",
              help="onnxruntime int8: auto tries per_row (every encoder MatMul int8 with per-token "
-             "activation scales, the head fp32), then dynamic per-channel on all ops, then with "
+             "activation scales, position 0 and the head fp32), then dynamic per-channel on all "
+             "ops, then with "
              "the feed-forward up-projections of the top 1, 2, 3, 6, 12 layers in fp32, then on "
              "attention and embeddings only, keeping the first that meets the thresholds on the "
              "tuning pairs; per_row, dynamic or static (QDQ calibrated on the calibration pairs) "
