@@ -101,6 +101,11 @@ class ExportContext:
         does not take)."""
         return {name: feeds[name] for name in self.input_names}
 
+    def calibration_rows(self) -> list[dict[str, np.ndarray]]:
+        """The calibration pairs one unpadded row per item, cut to the graph's inputs: what
+        NNCF calibrates on and what the position-0 split reads ranges from."""
+        return [self.graph_feeds(feeds) for feeds in self.calibration.single_rows()]
+
 
 @dataclass(frozen=True, slots=True)
 class BuiltVariant:

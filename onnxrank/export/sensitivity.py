@@ -58,8 +58,7 @@ def search_per_row(context: ExportContext, settings: Int8Settings,
     tuning pairs (or the search's last split) and return its ``quantization`` record, with the
     measured ``sensitivity`` table."""
     out = context.paths["int8"]
-    rows = None if settings.cls_row_ratio is None else [
-        context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
+    rows = None if settings.cls_row_ratio is None else context.calibration_rows()
     with split_source(context.paths["fp32"], out, cls_row_ratio=settings.cls_row_ratio,
                       calibration=rows, skip=list(keep_fp32)) as (path, cls_rows):
         return _search(context, settings, keep_fp32, path, cls_rows)

@@ -108,7 +108,7 @@ def int8_rungs(context: ExportContext) -> list[Rung]:
         write_opt(context)  # the dynamic recipes quantize the fused graph when there is one
     opt_path = paths["opt"] if paths["opt"].is_file() else None
     batches = [context.graph_feeds(feeds) for feeds in context.calibration.padded_batches()]
-    rows = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
+    rows = context.calibration_rows()
     family_fp32 = dict.fromkeys(context.family.fp32_nodes(paths["fp32"]),
                                 f"the {context.family.name} family keeps it fp32 (score head)")
     # a cross-encoder's head turns small [CLS] differences into the score: per-row int8 keeps it
@@ -135,7 +135,7 @@ def build_int8(context: ExportContext) -> BuiltVariant:
 
 def ov_int8_rungs(context: ExportContext) -> list[Rung]:
     """The OpenVINO int8 ladder (NNCF, calibrated one row per item)."""
-    items = [context.graph_feeds(feeds) for feeds in context.calibration.single_rows()]
+    items = context.calibration_rows()
     recipes = distinct_ov_recipes(context.ov_int8, task=context.task, layers=context.layers)
     statistics = StatisticsReuse()  # the rungs on one graph share NNCF's calibration passes
     # static scales do not follow the batch; what still moves with the padded shape is float
