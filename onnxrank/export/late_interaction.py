@@ -278,7 +278,8 @@ def _int8(request: ExportRequest, fp32_path: Path, out_path: Path, layers: int,
     """The first int8 recipe that passes the gate ({"fidelity", "quantization"}), else the
     failed_variants entry with every attempt."""
     attempts = []
-    for settings in distinct_recipes(request.int8, layers=layers):
+    # every token's vector is scored: no row is the one the score reads
+    for settings in distinct_recipes(request.int8, layers=layers, reads_position_0=False):
         if settings.method == "static" or settings.search_fp32_groups:
             attempts.append({"method": settings.method, "reason": "skipped: needs calibration "
                              "batches or the cross-encoder ladder's layer-group search"})

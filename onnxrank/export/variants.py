@@ -101,7 +101,9 @@ def fp16_prefix_graph(context: ExportContext, source: Path, out: Path) -> tuple[
 
 def int8_rungs(context: ExportContext) -> list[Rung]:
     """The onnxruntime int8 ladder: the request's recipes that apply to this family's graph."""
-    recipes = context.family.int8_recipes(distinct_recipes(context.int8, layers=context.layers))
+    recipes = context.family.int8_recipes(distinct_recipes(
+        context.int8, layers=context.layers,
+        reads_position_0=context.family.reads_position_0(context.config, context.task)))
     paths = context.paths
     if any(recipe.method == "dynamic" for recipe in recipes) and context.family.ort_model_type \
             is not None and not paths["opt"].is_file():

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -571,14 +572,20 @@ def test_int8_ladder_keeps_the_top_ffn_up_projections_fp32(tiny_model_dir: Path,
         Int8Settings("dynamic", fp32_ffn_up_layers=-1)
     # on a 2-layer model the ladder's 2, 3, 6 and 12 fp32 layers all make the same file: tried once
     assert [(recipe.method, recipe.fp32_ffn_up_layers)
-            for recipe in distinct_recipes(DEFAULT_INT8_RECIPES, layers=2)] == [
+            for recipe in distinct_recipes(DEFAULT_INT8_RECIPES, layers=2,
+                                           reads_position_0=True)] == [
         ("per_row", 0), ("per_row", 0), ("dynamic", 0), ("dynamic", 1), ("dynamic", 2),
         ("dynamic", 0)]
+    # position 0 in float only where the output reads it alone: the same rungs without the split
+    pooled = distinct_recipes(DEFAULT_INT8_RECIPES, layers=12, reads_position_0=False)
+    assert [recipe.cls_row_ratio for recipe in DEFAULT_INT8_RECIPES[:2]] == [1.0, 1.0]
+    assert pooled == tuple(replace(recipe, cls_row_ratio=None) for recipe in DEFAULT_INT8_RECIPES)
     assert [recipe.search_fp32_groups for recipe in DEFAULT_INT8_RECIPES[:2]] == [0, 3]
     with pytest.raises(ValueError, match=re.escape(
             "search_fp32_groups applies to the per_row method only, got method='dynamic'")):
         Int8Settings("dynamic", search_fp32_groups=1)
-    assert distinct_recipes(DEFAULT_INT8_RECIPES, layers=12) == DEFAULT_INT8_RECIPES
+    assert distinct_recipes(DEFAULT_INT8_RECIPES, layers=12,
+                            reads_position_0=True) == DEFAULT_INT8_RECIPES
 
 
 def test_openvino_int8_ladder_and_the_nodes_it_keeps_fp32(tiny_model_dir: Path) -> None:

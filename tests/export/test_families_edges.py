@@ -46,6 +46,41 @@ def _agree(checkpoint: Path, model: Any, other: Any) -> None:
 
 
 @pytest.mark.parametrize("family", CROSS_ENCODERS)
+def test_reads_position_0_says_whether_the_score_moves_with_the_other_rows(
+        family: str, family_checkpoints: dict[str, Path]) -> None:
+    # what per-row int8 keeps float (Int8Settings.cls_row_ratio) must be the row the score reads:
+    # move every other row of the last layer's output and see whether the score follows
+    import torch
+
+    from onnxrank.export.tasks import EMBEDDING, RERANK
+
+    checkpoint = family_checkpoints[family]
+    model = _eager_model(checkpoint)
+    family_module = family_for(model.config)
+    base = model.base_model
+    last = (base.encoder.layer if hasattr(base, "encoder") else base.layers)[-1]
+
+    def move_other_rows(module: Any, args: Any, output: Any) -> Any:
+        hidden = output[0] if isinstance(output, tuple) else output
+        moved = torch.cat([hidden[:, :1], hidden[:, 1:] * 3.0 + 1.0], dim=1)
+        return (moved, *output[1:]) if isinstance(output, tuple) else moved
+
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer([q for q, _ in PAIRS], [p for _, p in PAIRS], padding=True,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        expected = model(**batch).logits
+        handle = last.register_forward_hook(move_other_rows)
+        moved = model(**batch).logits
+        handle.remove()
+    unmoved = bool(torch.allclose(expected, moved, atol=1e-6))
+    assert family_module.reads_position_0(model.config, RERANK) is unmoved
+    assert family_module.reads_position_0(model.config, EMBEDDING) is False
+
+
+@pytest.mark.parametrize("family", CROSS_ENCODERS)
 def test_cls_only_last_layer_matches_the_full_model_where_applied(
         family: str, family_checkpoints: dict[str, Path]) -> None:
     model = _eager_model(family_checkpoints[family])

@@ -106,14 +106,16 @@ def test_manifest_records_the_settings(bert_model_dir: Path) -> None:
         vocabulary[mark] for mark in string.punctuation if mark in vocabulary)
     assert (settings["query_length"], settings["document_length"], settings["dim"]) == (16, 48, 16)
     assert settings["query_expansion"] and not settings["attend_to_expansion_tokens"]
-    assert set(manifest["variants"]) | set(manifest["failed_variants"]) == {"fp32", "int8"}
-    if "int8" in manifest["failed_variants"]:
-        assert manifest["failed_variants"]["int8"]["reason"]
-    else:
-        assert manifest["variants"]["int8"]["quantization"]["quantized_nodes"] > 0
-        int8 = Reranker.from_dir(bert_model_dir, device="cpu", precision="int8")
-        assert int8.device_info.precision == "int8"
-        assert np.isfinite(int8.score([(QUERY, document) for document in DOCUMENTS])).all()
+    assert set(manifest["variants"]) == {"fp32", "int8"} and not manifest["failed_variants"]
+    # the ladder's first rung, per-row int8 with no row in float: every token's vector is scored
+    int8_record = manifest["variants"]["int8"]
+    assert int8_record["fidelity"]["attempts"] == []
+    assert int8_record["quantization"]["method"].startswith("per_row")
+    assert int8_record["quantization"]["float_cls_row"] is None
+    assert int8_record["quantization"]["quantized_nodes"] > 0
+    int8 = Reranker.from_dir(bert_model_dir, device="cpu", precision="int8")
+    assert int8.device_info.precision == "int8"
+    assert np.isfinite(int8.score([(QUERY, document) for document in DOCUMENTS])).all()
 
 
 def test_bad_input_is_refused(bert_model_dir: Path) -> None:

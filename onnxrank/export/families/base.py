@@ -191,6 +191,12 @@ class Family:
         """The onnxruntime int8 recipes worth trying on this family's graph (default: all)."""
         return recipes
 
+    def reads_position_0(self, config: Any, task: ExportTask) -> bool:
+        """Whether the graph's output reads position 0 of the last hidden state alone, where
+        per-row int8 keeps that row float (Int8Settings.cls_row_ratio); default: a task with a
+        classification head does ([CLS] pooling), a pooled embedding does not."""
+        return task.has_head
+
     def prompt(self, loaded: LoadedModel) -> dict[str, Any] | None:
         """A prompt recipe (ModelSpec.prompt) for decoder rerankers; None = the tokenizer's own
         pair template through onnxrank.engine.tokenize.PairEncoder."""

@@ -511,6 +511,9 @@ class DecoderFamily(Family):
         return tuple(recipe for recipe in recipes
                      if recipe.op_types is None and recipe.fp32_ffn_up_layers == 0)
 
+    def reads_position_0(self, config: Any, task: ExportTask) -> bool:
+        return False  # the last prompt token (a seq2seq one: the first decoder step)
+
     def num_labels(self, config: Any, task: ExportTask) -> int:
         # one output (yes - no) whatever the config's num_labels says
         return 1

@@ -13,10 +13,13 @@ positions), in batch_dependence's batches of up to 64 rows (OpenVINO int8 at 48 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnxrank.export.families.base import Family
 from onnxrank.export.families.checkpoint_config import BERT_SPECIAL_TOKENS, CheckpointConfig, TokenizerKind
+
+if TYPE_CHECKING:
+    from onnxrank.export.tasks import ExportTask
 
 
 class ModernBertFamily(Family):
@@ -42,6 +45,9 @@ class ModernBertFamily(Family):
     def input_names(self, tokenizer: Any, config: Any) -> tuple[str, ...]:
         # ModernBertModel.forward takes no token_type_ids, whatever the tokenizer returns
         return ("input_ids", "attention_mask")
+
+    def reads_position_0(self, config: Any, task: ExportTask) -> bool:
+        return task.has_head and getattr(config, "classifier_pooling", "cls") == "cls"
 
     def cls_only_support(self, model: Any) -> str | None:
         pooling = getattr(model.config, "classifier_pooling", "cls")
