@@ -29,6 +29,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from onnxrank._optional import require
+from onnxrank.bench import peer_worker
 from onnxrank.engine.runtime import open_model_file
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.errors import DeviceUnavailableError, ModelLoadError
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 NAIVE_BATCH_SIZE = 32
 ST_BATCH_SIZE = 32  # CrossEncoder.predict's default
-FASTEMBED_BATCH_SIZE = 64  # TextCrossEncoder.rerank_pairs's default
 FASTEMBED_FILES = ("tokenizer.json", "tokenizer_config.json")
 FASTEMBED_OPTIONAL_FILES = ("config.json", "special_tokens_map.json", "vocab.txt")
 FASTEMBED_VARIANTS = ("int8", "fp32")
@@ -244,63 +244,65 @@ class FastembedBaseline:
 
     def __init__(self, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
                  variant: str = "int8") -> None:
-        if variant not in FASTEMBED_VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(FASTEMBED_VARIANTS)}, "
-                             f"got {variant!r}")
-        if device != "cpu":
-            raise DeviceUnavailableError(
-                f"the fastembed baseline runs our {variant} file on fastembed's CPU path only"
-            )
-        if variant not in spec.variants:
-            raise ModelLoadError(f"fastembed baseline needs the {variant} variant; {model_dir} "
-                                 f"has {', '.join(spec.variants)}")
-        model_file = spec.variants[variant].file
-        missing = [name for name in FASTEMBED_FILES if not (Path(model_dir) / name).is_file()]
-        if missing:
-            raise ModelLoadError(
-                f"the fastembed baseline needs {', '.join(missing)} in {model_dir}"
-            )
-        fastembed = require("fastembed", extra="fastembed")
-        cross_encoder = require("fastembed.rerank.cross_encoder", extra="fastembed")
-        model_name = f"onnxrank-bench/{spec.name}-{variant}"
-        registered = {model["model"].lower() for model in
-                      cross_encoder.TextCrossEncoder.list_supported_models()}
-        if model_name.lower() not in registered:
-            description = require("fastembed.common.model_description", extra="fastembed")
-            # The source is never contacted: specific_model_path makes fastembed load from disk.
-            cross_encoder.TextCrossEncoder.add_custom_model(
-                model=model_name, sources=description.ModelSource(hf=model_name),
-                model_file=model_file,
-            )
-        view = _fastembed_view(spec, Path(model_dir), model_file)
+        model_file = fastembed_model_file(spec, Path(model_dir), variant=variant, device=device)
+        require("fastembed", extra="fastembed")
+        view = fastembed_view(spec, Path(model_dir), model_file)
         # The view lives as long as this baseline (fastembed may reopen files from it).
         weakref.finalize(self, shutil.rmtree, view, ignore_errors=True)
-        self._model = cross_encoder.TextCrossEncoder(
-            model_name, specific_model_path=str(view), threads=threads,
-            providers=["CPUExecutionProvider"], local_files_only=True,
-        )
-        self.settings = {
-            "runtime": f"fastembed {fastembed.__version__}",
-            "device": "cpu",
-            "variant": variant,
-            "precision": variant,
-            "model_file": str(Path(model_dir) / model_file),
-            "threads": threads,
-            "batch_size": FASTEMBED_BATCH_SIZE,
-            "truncation": f"max_length={spec.max_length}, as the engine",
-        }
-        self.label = (f"fastembed TextCrossEncoder ({FASTEMBED_FILE_LABELS[variant]}, batch "
-                      f"{FASTEMBED_BATCH_SIZE})")
+        self._score, settings = peer_worker.load_fastembed(
+            str(view), model_file, fastembed_model_name(spec, variant), threads)
+        self.settings = {**settings, **fastembed_settings(spec, Path(model_dir), model_file,
+                                                           variant=variant)}
+        self.label = fastembed_label(variant)
 
     def score(self, pairs: Sequence[Pair]) -> Scores:
         """Scores of the pairs, in input order."""
-        return np.fromiter(
-            self._model.rerank_pairs(list(pairs), batch_size=FASTEMBED_BATCH_SIZE),
-            dtype=np.float32,
-        )
+        return np.asarray(self._score(list(pairs)), dtype=np.float32)
 
 
-def _fastembed_view(spec: ModelSpec, model_dir: Path, model_file: str) -> Path:
+def fastembed_model_file(spec: ModelSpec, model_dir: Path, *, variant: str, device: str) -> str:
+    """The file of `variant` fastembed runs, after the checks every fastembed row makes.
+
+    Raises:
+        ValueError: `variant` is neither "int8" nor "fp32".
+        DeviceUnavailableError: device is not "cpu".
+        ModelLoadError: The variant is not exported, or tokenizer files fastembed needs are
+            missing.
+    """
+    if variant not in FASTEMBED_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(FASTEMBED_VARIANTS)}, "
+                         f"got {variant!r}")
+    if device != "cpu":
+        raise DeviceUnavailableError(
+            f"the fastembed baseline runs our {variant} file on fastembed's CPU path only")
+    if variant not in spec.variants:
+        raise ModelLoadError(f"fastembed baseline needs the {variant} variant; {model_dir} "
+                             f"has {', '.join(spec.variants)}")
+    missing = [name for name in FASTEMBED_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise ModelLoadError(f"the fastembed baseline needs {', '.join(missing)} in {model_dir}")
+    return spec.variants[variant].file
+
+
+def fastembed_model_name(spec: ModelSpec, variant: str) -> str:
+    """The custom model name a fastembed row registers our file as."""
+    return f"onnxrank-bench/{spec.name}-{variant}"
+
+
+def fastembed_settings(spec: ModelSpec, model_dir: Path, model_file: str, *,
+                       variant: str) -> dict[str, Any]:
+    """A fastembed row's settings beyond what fastembed's loader reports."""
+    return {"device": "cpu", "variant": variant, "precision": variant,
+            "model_file": str(model_dir / model_file),
+            "truncation": f"max_length={spec.max_length}, as the engine"}
+
+
+def fastembed_label(variant: str) -> str:
+    return (f"fastembed TextCrossEncoder ({FASTEMBED_FILE_LABELS[variant]}, batch "
+            f"{peer_worker.FASTEMBED_BATCH_SIZE})")
+
+
+def fastembed_view(spec: ModelSpec, model_dir: Path, model_file: str) -> Path:
     """A directory of links to the model's files whose tokenizer_config truncates at max_length.
 
     fastembed truncates at the smaller of tokenizer_config.json's ``model_max_length`` and

@@ -76,7 +76,10 @@ def request_pairs(requests: Sequence[Request]) -> list[Pair]:
 
 
 def pairs_contender(name: str, label: str, settings: dict[str, Any],
-                    score: Callable[[Sequence[Pair]], object]) -> Contender[Sequence[Request]]:
-    """Scores every pair of a chunk of requests with `score` (a baseline's score method)."""
+                    score: Callable[[Sequence[Pair]], object],
+                    timer: Callable[[], float] | None = None) -> Contender[Sequence[Request]]:
+    """Scores every pair of a chunk of requests with `score` (a baseline's score method) in one
+    call; `timer` (Contender.timer) reads that call's own time where the wall time is not it
+    (a child process's, without the pipe)."""
     return Contender(name=name, label=label, settings=settings,
-                     run=lambda chunk: score(request_pairs(chunk)))
+                     run=lambda chunk: score(request_pairs(chunk)), timer=timer)

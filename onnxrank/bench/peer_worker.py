@@ -1,10 +1,10 @@
-"""A sentence-transformers peer in a child process: loads one CrossEncoder path, scores over a pipe.
+"""A peer in a child process: loads one CrossEncoder path (or fastembed), scores over a pipe.
 
 The OpenVINO peers need optimum-intel, which pins transformers below what onnxrank's export needs,
-so they live in a second environment; the bench starts this file there with that environment's
-interpreter (``onnxrank bench --peer-python PATH``, onnxrank.bench.peers.ChildPeer). It imports
-only the standard library at the top, so it runs where onnxrank is not installed; its peer's
-packages are imported on "load".
+and fastembed pins huggingface-hub below it, so they live in a second environment; the bench
+starts this file there with that environment's interpreter (``onnxrank bench --peer-python
+PATH``, onnxrank.bench.peers.ChildPeer). It imports only the standard library at the top, so it
+runs where onnxrank is not installed; its peer's packages are imported on "load".
 
 Protocol: one JSON object per line on stdin, one reply per line on the original stdout (the
 libraries' own prints are sent to stderr, so they cannot corrupt a reply).
@@ -30,10 +30,15 @@ Kinds:
   default quantization config, its float part at the faster hint as for ``openvino``; its
   default calibration set (glue/sst2) needs the Hugging Face Hub, so it is calibrated on the
   pairs the load request carries (onnxrank's shipped calibration pairs), tokenized as pairs.
+- ``fastembed``: fastembed's TextCrossEncoder on one of our files (`load_fastembed`); the load
+  request's ``checkpoint`` is a directory holding it and the tokenizer files, ``model_file`` its
+  name, ``model_name`` the custom model it is registered as (onnxrank.bench.baselines runs the
+  same function in-process where fastembed installs beside onnxrank).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -43,17 +48,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-# CrossEncoder.predict's default batch size; every kind scores with it
+# CrossEncoder.predict's default batch size; every sentence-transformers kind scores with it
 BATCH_SIZE = 32
-KINDS = ("torch", "openvino", "openvino_int8")
+FASTEMBED_BATCH_SIZE = 64  # TextCrossEncoder.rerank_pairs's default
 # the packages each kind imports, and where they come from
 KIND_PACKAGES = {
     "torch": ("torch", "sentence_transformers"),
     "openvino": ("torch", "sentence_transformers", "optimum.intel", "openvino"),
     "openvino_int8": ("torch", "sentence_transformers", "optimum.intel", "openvino", "nncf",
                       "datasets"),
+    "fastembed": ("fastembed",),
 }
-INSTALL_HINT = "docs/peers.md, \"A second environment for the OpenVINO peers\""
+INSTALL_HINT = "docs/peers.md, \"A second environment for the OpenVINO peers and fastembed\""
 INT8_FILE_SUFFIX = "qint8_quantized"  # export_static_quantized_openvino_model's default
 FLOAT_FILE = "openvino/openvino_model.xml"  # where CrossEncoder.save_pretrained puts the IR
 CALIBRATION_COLUMN = "pair"
@@ -121,104 +127,165 @@ def fastest(candidates: dict[str, Callable[[], object]],
     return min(names, key=lambda name: best[name]), best
 
 
+ScoreFn = Callable[[list[tuple[str, ...]]], list[float]]
+
+
+def _load_torch(request: dict[str, Any], threads: int) -> tuple[ScoreFn, dict[str, Any]]:
+    import sentence_transformers
+    import torch
+
+    settings = {**_st_settings(threads), "precision": "fp32"}  # sets torch's threads first
+    model = sentence_transformers.CrossEncoder(
+        str(request["checkpoint"]), device="cpu", model_kwargs={"dtype": torch.float32},
+        **_st_common(request))
+    return _st_scorer(model), settings
+
+
+def _load_openvino(request: dict[str, Any], threads: int, *,
+                   static_int8: bool) -> tuple[ScoreFn, dict[str, Any]]:
+    import openvino
+    import sentence_transformers
+
+    calibration = request.get("calibration") or []
+    if not calibration:
+        raise PeerRequestError("bad_request", f"{request['kind']} needs calibration pairs (it "
+                                              "times its precisions on them)")
+    common, work_dir = _st_common(request), Path(request["work_dir"])
+    settings = _st_settings(threads)  # sets torch's threads first
+    ov_config = {"INFERENCE_NUM_THREADS": threads}
+    model = sentence_transformers.CrossEncoder(
+        str(request["checkpoint"]), device="cpu", backend="openvino",
+        model_kwargs={"ov_config": ov_config}, **common)
+    saved, file_name = work_dir / "openvino", FLOAT_FILE
+    if static_int8:
+        saved, file_name = _static_int8(model, work_dir, calibration)
+        settings["calibration"] = (f"{len(calibration)} onnxrank calibration pairs (its default, "
+                                   "glue/sst2, needs the Hugging Face Hub)")
+    else:
+        model.save_pretrained(str(saved))
+
+    def load(hint: str | None) -> Any:
+        config = ov_config if hint is None else {**ov_config, "INFERENCE_PRECISION_HINT": hint}
+        return sentence_transformers.CrossEncoder(
+            str(saved), device="cpu", backend="openvino",
+            model_kwargs={"ov_config": config, "file_name": file_name}, **common)
+
+    model, settings["precision_probe_ms"] = _faster_precision(
+        load, [tuple(pair) for pair in calibration[:BATCH_SIZE]])
+    hint = model.transformers_model.request.get_property("INFERENCE_PRECISION_HINT")
+    settings["precision"] = ("int8 + " if static_int8 else "") + hint.get_type_name()
+    settings["runtime"] += f", OpenVINO {openvino.__version__}"
+    return _st_scorer(model), settings
+
+
+def load_fastembed(view: str, model_file: str, model_name: str,
+                   threads: int) -> tuple[ScoreFn, dict[str, Any]]:
+    """fastembed's TextCrossEncoder on `model_file` in the directory `view`, registered as the
+    custom model `model_name` and loaded from disk (no download): its scorer and settings."""
+    import fastembed
+    from fastembed.common.model_description import ModelSource
+    from fastembed.rerank.cross_encoder import TextCrossEncoder
+
+    registered = {model["model"].lower() for model in TextCrossEncoder.list_supported_models()}
+    if model_name.lower() not in registered:
+        # the source is never contacted: specific_model_path makes fastembed load from disk
+        TextCrossEncoder.add_custom_model(model=model_name, sources=ModelSource(hf=model_name),
+                                          model_file=model_file)
+    model = TextCrossEncoder(model_name, specific_model_path=view, threads=threads,
+                             providers=["CPUExecutionProvider"], local_files_only=True)
+
+    def score(pairs: list[tuple[str, ...]]) -> list[float]:
+        return [float(value) for value in model.rerank_pairs(
+            [(pair[0], pair[1]) for pair in pairs], batch_size=FASTEMBED_BATCH_SIZE)]
+
+    return score, {"runtime": f"fastembed {fastembed.__version__}", "python": sys.executable,
+                   "threads": threads, "batch_size": FASTEMBED_BATCH_SIZE}
+
+
+def _load_fastembed(request: dict[str, Any], threads: int) -> tuple[ScoreFn, dict[str, Any]]:
+    return load_fastembed(str(request["checkpoint"]), str(request["model_file"]),
+                          str(request["model_name"]), threads)
+
+
+# what each kind loads; a new peer is one loader here and its packages in KIND_PACKAGES
+LOADERS: dict[str, Callable[[dict[str, Any], int], tuple[ScoreFn, dict[str, Any]]]] = {
+    "torch": _load_torch,
+    "openvino": functools.partial(_load_openvino, static_int8=False),
+    "openvino_int8": functools.partial(_load_openvino, static_int8=True),
+    "fastembed": _load_fastembed,
+}
+KINDS = tuple(LOADERS)
+
+
+def _st_common(request: dict[str, Any]) -> dict[str, Any]:
+    return {"max_length": int(request["max_length"]), "local_files_only": True}
+
+
+def _st_settings(threads: int) -> dict[str, Any]:
+    import sentence_transformers
+    import torch
+
+    torch.set_num_threads(threads)
+    return {"runtime": f"sentence-transformers {sentence_transformers.__version__}, torch "
+                       f"{torch.__version__}",
+            "python": sys.executable, "batch_size": BATCH_SIZE, "threads": threads}
+
+
+def _st_scorer(model: Any) -> ScoreFn:
+    import torch
+
+    identity = torch.nn.Identity()
+
+    def score(pairs: list[tuple[str, ...]]) -> list[float]:
+        # logits, as the engine's: a float32 sigmoid ties every logit above about 17 at 1.0
+        return [float(value) for value in model.predict(
+            pairs, batch_size=BATCH_SIZE, show_progress_bar=False, activation_fn=identity)]
+
+    return score
+
+
+def _static_int8(model: Any, work_dir: Path, calibration: list[list[str]]) -> tuple[Path, str]:
+    """export_static_quantized_openvino_model on `model`: the directory and file it saved."""
+    from sentence_transformers.backend import export_static_quantized_openvino_model
+
+    saved = work_dir / "openvino_int8"
+    model.save_pretrained(str(saved))
+    export_static_quantized_openvino_model(
+        model, None, str(saved), dataset_name=str(_write_calibration(work_dir, calibration)),
+        dataset_config_name="default", dataset_split="train", column_name=CALIBRATION_COLUMN)
+    return saved, f"openvino/openvino_model_{INT8_FILE_SUFFIX}.xml"
+
+
+def _faster_precision(load: Callable[[str | None], Any],
+                      pairs: list[tuple[str, ...]]) -> tuple[Any, dict[str, float]]:
+    """The model at OpenVINO's default precision hint or at f32, whichever `fastest` times
+    faster on `pairs` (the peer at its best, not at its default), and both times in ms."""
+    default = load(None)
+    hint = default.transformers_model.request.get_property(
+        "INFERENCE_PRECISION_HINT").get_type_name()
+    if hint == FLOAT_HINT:
+        return default, {}
+    models = {hint: default, FLOAT_HINT: load(FLOAT_HINT)}
+    chosen, times = fastest({name: functools.partial(_st_scorer(model), pairs)
+                             for name, model in models.items()})
+    return models[chosen], {name: round(ms, 1) for name, ms in times.items()}
+
+
 class Peer:
-    """One loaded CrossEncoder path."""
+    """One loaded peer of a kind in LOADERS."""
 
     def __init__(self, request: dict[str, Any]) -> None:
         kind = request.get("kind")
-        if kind not in KINDS:
+        if kind not in LOADERS:
             raise PeerRequestError("bad_request", f"kind must be one of {', '.join(KINDS)}, "
                                                   f"got {kind!r}")
         _require(kind)
-        import sentence_transformers
-        import torch
-
-        threads = int(request["threads"])
-        torch.set_num_threads(threads)
-        self.identity = torch.nn.Identity()  # scores as logits: see `score`
-        checkpoint, work_dir = str(request["checkpoint"]), Path(request["work_dir"])
-        common: dict[str, Any] = {"max_length": int(request["max_length"]),
-                                  "local_files_only": True}
-        settings: dict[str, Any] = {
-            "runtime": f"sentence-transformers {sentence_transformers.__version__}, torch "
-                       f"{torch.__version__}",
-            "python": sys.executable, "batch_size": BATCH_SIZE, "threads": threads}
-        if kind == "torch":
-            self.model = sentence_transformers.CrossEncoder(
-                checkpoint, device="cpu", model_kwargs={"dtype": torch.float32}, **common)
-            settings["precision"] = "fp32"
-        else:
-            calibration = request.get("calibration") or []
-            if not calibration:
-                raise PeerRequestError("bad_request", f"{kind} needs calibration pairs (it times "
-                                                      "its precisions on them)")
-            ov_config = {"INFERENCE_NUM_THREADS": threads}
-            model = sentence_transformers.CrossEncoder(
-                checkpoint, device="cpu", backend="openvino",
-                model_kwargs={"ov_config": ov_config}, **common)
-            saved, file_name = work_dir / "openvino", FLOAT_FILE
-            if kind == "openvino_int8":
-                saved, file_name = self._static_int8(model, work_dir, calibration)
-                settings["calibration"] = (
-                    f"{len(calibration)} onnxrank calibration pairs (its default, "
-                    "glue/sst2, needs the Hugging Face Hub)")
-            else:
-                model.save_pretrained(str(saved))
-
-            def load(hint: str | None) -> Any:
-                config = ov_config if hint is None else {**ov_config,
-                                                         "INFERENCE_PRECISION_HINT": hint}
-                return sentence_transformers.CrossEncoder(
-                    str(saved), device="cpu", backend="openvino",
-                    model_kwargs={"ov_config": config, "file_name": file_name}, **common)
-
-            self.model, settings["precision_probe_ms"] = self._faster_precision(
-                load, [tuple(pair) for pair in calibration[:BATCH_SIZE]])
-            compiled = self.model.transformers_model.request
-            settings["precision"] = (
-                ("int8 + " if kind == "openvino_int8" else "")
-                + compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
-            import openvino
-            settings["runtime"] += f", OpenVINO {openvino.__version__}"
-        self.settings = settings
-
-    @staticmethod
-    def _static_int8(model: Any, work_dir: Path,
-                     calibration: list[list[str]]) -> tuple[Path, str]:
-        """export_static_quantized_openvino_model on `model`: the directory and file it saved."""
-        from sentence_transformers.backend import export_static_quantized_openvino_model
-
-        saved = work_dir / "openvino_int8"
-        model.save_pretrained(str(saved))
-        export_static_quantized_openvino_model(
-            model, None, str(saved), dataset_name=str(_write_calibration(work_dir, calibration)),
-            dataset_config_name="default", dataset_split="train", column_name=CALIBRATION_COLUMN)
-        return saved, f"openvino/openvino_model_{INT8_FILE_SUFFIX}.xml"
-
-    def _faster_precision(self, load: Callable[[str | None], Any],
-                          pairs: list[tuple[str, ...]]) -> tuple[Any, dict[str, float]]:
-        """The model at OpenVINO's default precision hint or at f32, whichever `fastest` times
-        faster on `pairs` (the peer at its best, not at its default), and both times in ms."""
-        default = load(None)
-        hint = default.transformers_model.request.get_property(
-            "INFERENCE_PRECISION_HINT").get_type_name()
-        if hint == FLOAT_HINT:
-            return default, {}
-        models = {hint: default, FLOAT_HINT: load(FLOAT_HINT)}
-
-        def scorer(model: Any) -> Callable[[], object]:
-            return lambda: model.predict(pairs, batch_size=BATCH_SIZE, show_progress_bar=False,
-                                         activation_fn=self.identity)
-
-        chosen, times = fastest({name: scorer(model) for name, model in models.items()})
-        return models[chosen], {name: round(ms, 1) for name, ms in times.items()}
+        self._score, self.settings = LOADERS[kind](request, int(request["threads"]))
 
     def score(self, pairs: list[list[str]]) -> tuple[list[float], float]:
         started = time.perf_counter()
-        # logits, as the engine's: a float32 sigmoid ties every logit above about 17 at 1.0
-        scores = self.model.predict([tuple(pair) for pair in pairs], batch_size=BATCH_SIZE,
-                                    show_progress_bar=False, activation_fn=self.identity)
-        return [float(value) for value in scores], time.perf_counter() - started
+        scores = self._score([tuple(pair) for pair in pairs])
+        return scores, time.perf_counter() - started
 
 
 def _answer(peer: Peer | None, request: dict[str, Any]) -> tuple[Peer | None, dict[str, Any]]:

@@ -13,8 +13,10 @@ In this process, beside onnxrank (their packages install without changing any of
 
 In a child process of another interpreter (``onnxrank bench --peer-python PATH``; their package,
 optimum-intel, pins transformers below onnxrank's export): sentence-transformers on OpenVINO and
-its static int8 export (onnxrank/bench/peer_worker.py says how each is built). Their time is the
-child's own ``predict`` time; the pipe's round trip is reported beside it, not counted.
+its static int8 export (onnxrank/bench/peer_worker.py says how each is built); there too the
+latency scenario's fastembed rows, where fastembed (which pins huggingface-hub below today's
+stack) is not installed beside onnxrank (`fastembed_peer`). Their time is the child's own
+scoring time; the pipe's round trip is reported beside it, not counted.
 
 sentence-transformers on ONNX with its quantized export cannot take part: see ONNX_SKIP_REASON.
 """
@@ -38,7 +40,14 @@ from tokenizers import Tokenizer
 
 from onnxrank._optional import require
 from onnxrank.bench import peer_worker
-from onnxrank.bench.baselines import checkpoint_dir
+from onnxrank.bench.baselines import (
+    checkpoint_dir,
+    fastembed_label,
+    fastembed_model_file,
+    fastembed_model_name,
+    fastembed_settings,
+    fastembed_view,
+)
 from onnxrank.engine.spec import ModelSpec, verify_files
 from onnxrank.errors import DeviceUnavailableError, MissingDependencyError, ModelLoadError
 from onnxrank.export.quantize import Int8Settings, quantize_int8
@@ -234,26 +243,28 @@ def _flashrank_int8_file(spec: ModelSpec, model_dir: Path, cache: Path) -> tuple
 
 
 class ChildPeer:
-    """A sentence-transformers peer in a child process of `python` (onnxrank.bench.peer_worker).
+    """A peer in a child process of `python` (onnxrank.bench.peer_worker): build one with
+    `sentence_transformers_peer` or `fastembed_peer`.
 
     Args:
-        kind: The worker's kind (peer_worker.KINDS); the peer is named "st_" + kind.
+        name: The bench's name of the row.
+        label: What the row runs, in words.
+        load: The worker's load request without its ``op`` and ``work_dir`` (``kind`` one of
+            peer_worker.KINDS).
+        device: Only "cpu".
         python: The interpreter of the peer's environment.
-        calibration: Pairs the static int8 export is calibrated on.
 
     Raises:
         MissingDependencyError: The child's environment lacks the peer's packages.
         DeviceUnavailableError: device is not "cpu".
-        ModelLoadError: No checkpoint, the interpreter cannot start, or the peer fails to load.
+        ModelLoadError: The interpreter cannot start, or the peer fails to load.
     """
 
-    def __init__(self, kind: str, spec: ModelSpec, model_dir: Path, *, device: str,
-                 threads: int, python: str, calibration: Sequence[Pair] = ()) -> None:
-        name = child_peer_name(kind)
+    def __init__(self, name: str, label: str, load: dict[str, Any], *, device: str,
+                 python: str) -> None:
         _cpu_only(name, device)
         self.name = name
         self._python = python
-        checkpoint = checkpoint_dir(spec, model_dir)
         self._work = Path(tempfile.mkdtemp(prefix=f"onnxrank-bench-{name}-"))
         self._stderr: IO[bytes] = open(self._work / "stderr.log", "w+b")  # noqa: SIM115
         try:
@@ -263,16 +274,15 @@ class ChildPeer:
                 [python, "-I", peer_worker.__file__], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self._stderr, text=True, encoding="utf-8")
         except OSError as err:
+            self._stderr.close()
+            shutil.rmtree(self._work, ignore_errors=True)
             raise ModelLoadError(f"could not start the peer interpreter {python}: {err}") from err
         weakref.finalize(self, _stop, self._process, self._work, self._stderr)
-        reply = self._ask({"op": "load", "kind": kind, "checkpoint": str(checkpoint),
-                           "work_dir": str(self._work), "max_length": spec.max_length,
-                           "threads": threads,
-                           "calibration": [list(pair) for pair in calibration]},
+        reply = self._ask({**load, "op": "load", "work_dir": str(self._work)},
                           timeout_s=CHILD_START_TIMEOUT_S)
         self.settings: dict[str, Any] = {**reply["settings"], "device": "cpu",
-                                         "timed": "the child's predict time, without the pipe"}
-        self.label = CHILD_LABELS[kind]
+                                         "timed": "the child's scoring time, without the pipe"}
+        self.label = label
         self.compute_s: list[float] = []  # per score call, the child's own time
         self.round_trip_s: list[float] = []  # per score call, the pipe's share of the wall time
 
@@ -316,8 +326,54 @@ class ChildPeer:
 
 
 def child_peer_name(kind: str) -> str:
-    """The bench's name of the child peer of a worker kind: "st_openvino" for "openvino"."""
+    """The bench's name of a sentence-transformers worker kind: "st_openvino" for "openvino"."""
     return f"st_{kind}"
+
+
+def sentence_transformers_peer(kind: str, spec: ModelSpec, model_dir: Path, *, device: str,
+                               threads: int, python: str,
+                               calibration: Sequence[Pair] = ()) -> ChildPeer:
+    """sentence-transformers' CrossEncoder path `kind` ("torch", "openvino", "openvino_int8")
+    on the model's checkpoint in a child of `python`, named child_peer_name(kind).
+
+    Args:
+        calibration: Pairs the OpenVINO kinds time their precisions on (and the static int8
+            export calibrates on).
+
+    Raises:
+        As ChildPeer; ModelLoadError also when the model directory has no checkpoint.
+    """
+    name = child_peer_name(kind)
+    _cpu_only(name, device)
+    return ChildPeer(name, CHILD_LABELS[kind], {
+        "kind": kind, "checkpoint": str(checkpoint_dir(spec, model_dir)),
+        "max_length": spec.max_length, "threads": threads,
+        "calibration": [list(pair) for pair in calibration]}, device=device, python=python)
+
+
+def fastembed_peer(spec: ModelSpec, model_dir: Path, *, name: str, device: str, threads: int,
+                   python: str, variant: str = "int8") -> ChildPeer:
+    """The fastembed row `name` on our `variant` file (as onnxrank.bench.baselines.
+    FastembedBaseline) in a child of `python`: for where fastembed does not install beside
+    onnxrank.
+
+    Raises:
+        As ChildPeer and fastembed_model_file.
+    """
+    model_dir = Path(model_dir)
+    model_file = fastembed_model_file(spec, model_dir, variant=variant, device=device)
+    view = fastembed_view(spec, model_dir, model_file)
+    try:
+        peer = ChildPeer(name, fastembed_label(variant) + " in a child process",
+                         {"kind": "fastembed", "checkpoint": str(view), "model_file": model_file,
+                          "model_name": fastembed_model_name(spec, variant), "threads": threads},
+                         device=device, python=python)
+    except BaseException:
+        shutil.rmtree(view, ignore_errors=True)
+        raise
+    weakref.finalize(peer, shutil.rmtree, view, ignore_errors=True)
+    peer.settings.update(fastembed_settings(spec, model_dir, model_file, variant=variant))
+    return peer
 
 
 def _stop(process: subprocess.Popen[str], work: Path, stderr: IO[bytes]) -> None:

@@ -9,11 +9,14 @@ typed error that the bench turns into the row's skip reason.
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,10 +30,17 @@ from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
 from onnxrank.bench.fidelity import FIDELITY_TOLERANCES, fidelity, pareto_verdict
 from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved
 from onnxrank.bench.paths import DEFAULT_BUDGETS
-from onnxrank.bench.peers import FLASHRANK_DYNAMIC_FILE, ChildPeer, CTranslate2Peer, FlashRankPeer
+from onnxrank.bench.peers import (
+    FLASHRANK_DYNAMIC_FILE,
+    CTranslate2Peer,
+    FlashRankPeer,
+    fastembed_peer,
+    sentence_transformers_peer,
+)
 from onnxrank.bench.report import peer_section
+from onnxrank.bench.suite.bench_run import make_baseline
 from onnxrank.engine.spec import load_model_spec
-from onnxrank.errors import MissingDependencyError, ModelLoadError
+from onnxrank.errors import DeviceUnavailableError, MissingDependencyError, ModelLoadError
 
 pytestmark = pytest.mark.costly(10)
 
@@ -111,8 +121,8 @@ def test_flashrank_peer_quantizes_model_onnx_where_the_export_kept_no_int8(
 
 def test_child_peer_scores_through_a_real_child_interpreter(tiny_model_dir: Path,
                                                             fp32_logits: np.ndarray) -> None:
-    peer = ChildPeer("torch", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
-                     threads=1, python=sys.executable)
+    peer = sentence_transformers_peer("torch", load_model_spec(tiny_model_dir), tiny_model_dir,
+                                      device="cpu", threads=1, python=sys.executable)
     assert peer.name == "st_torch"
     assert peer.settings["python"] == sys.executable and peer.settings["precision"] == "fp32"
     np.testing.assert_allclose(peer.score(PAIRS), fp32_logits, atol=1e-4)
@@ -122,15 +132,43 @@ def test_child_peer_scores_through_a_real_child_interpreter(tiny_model_dir: Path
 
 
 def test_a_child_without_the_peers_packages_answers_with_a_typed_error(
-        tiny_model_dir: Path) -> None:
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the peers' work dirs go
     with pytest.raises(MissingDependencyError, match=re.escape(
             "peer st_openvino: missing_dependency: peer 'openvino' needs optimum.intel, not "
             f"importable by {sys.executable}; build its environment as docs/peers.md")):
-        ChildPeer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
-                  threads=1, python=sys.executable)
+        sentence_transformers_peer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir,
+                                   device="cpu", threads=1, python=sys.executable)
     with pytest.raises(ModelLoadError, match="could not start the peer interpreter"):
-        ChildPeer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir, device="cpu",
-                  threads=1, python=str(tiny_model_dir / "no-such-python"))
+        sentence_transformers_peer("openvino", load_model_spec(tiny_model_dir), tiny_model_dir,
+                                   device="cpu", threads=1,
+                                   python=str(tiny_model_dir / "no-such-python"))
+    gc.collect()  # the first peer's finalizer; the second never started a child
+    assert list(tmp_path.iterdir()) == []  # neither leaves its work directory behind
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fastembed") is not None,
+                    reason="fastembed installs here: its rows run in this process")
+def test_fastembed_runs_in_the_peer_environment_where_it_is_missing_here(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fastembed pins huggingface-hub below today's stack: the bench runs its rows in a child of
+    # --peer-python; here that child (this interpreter) lacks it too, and says so
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spec = load_model_spec(tiny_model_dir)
+    with pytest.raises(MissingDependencyError, match=re.escape(
+            'pip install "onnxrank[fastembed]"') + ".*--peer-python"):
+        make_baseline("fastembed", spec, tiny_model_dir, device="cpu", threads=1,
+                      peer_python=None)
+    with pytest.raises(MissingDependencyError, match=re.escape(
+            "peer fastembed_fp32: missing_dependency: peer 'fastembed' needs fastembed, not "
+            f"importable by {sys.executable}")):
+        make_baseline("fastembed_fp32", spec, tiny_model_dir, device="cpu", threads=1,
+                      peer_python=sys.executable)
+    with pytest.raises(DeviceUnavailableError, match="fastembed's CPU path only"):
+        fastembed_peer(spec, tiny_model_dir, name="fastembed", device="cuda", threads=1,
+                       python=sys.executable)
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []  # the child's work directory and the file view
 
 
 def test_worker_protocol_errors() -> None:
@@ -143,7 +181,7 @@ def test_worker_protocol_errors() -> None:
     replies = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [(reply["ok"], reply["error"]) for reply in replies] == [(False, "bad_request")] * 4
     assert replies[1]["message"] == (
-        "kind must be one of torch, openvino, openvino_int8, got 'onnx'")
+        "kind must be one of torch, openvino, openvino_int8, fastembed, got 'onnx'")
 
 
 def test_fastest_keeps_the_quickest_candidate_and_times_each_in_every_round() -> None:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import pytest
 
 from onnxrank import Reranker
+from onnxrank.bench import peer_worker
 from onnxrank.bench.baselines import (
     FastembedBaseline,
     NaiveOrtBaseline,
@@ -35,7 +36,14 @@ from onnxrank.bench.harness import (
     summarize,
 )
 from onnxrank.bench.machine import CpuFacts, classify, describe_machine, read_cpu
-from onnxrank.bench.peers import PEER_PYTHON_HINT, ChildPeer, CTranslate2Peer, FlashRankPeer
+from onnxrank.bench.peers import (
+    PEER_PYTHON_HINT,
+    ChildPeer,
+    CTranslate2Peer,
+    FlashRankPeer,
+    fastembed_peer,
+    sentence_transformers_peer,
+)
 from onnxrank.bench.workloads import (
     DEFAULT_CANDIDATES,
     DEFAULT_SEED,
@@ -83,6 +91,40 @@ BASELINE_OPTIONS: dict[str, dict[str, Any]] = {
     "fastembed": {"variant": "int8"},
     "fastembed_fp32": {"variant": "fp32"},
 }
+# Baselines whose package does not install beside onnxrank's stack (fastembed pins
+# huggingface-hub below it): where it is missing here they run in a child process of
+# --peer-python (onnxrank.bench.peers), taking the same options plus name and python.
+CHILD_BASELINES: dict[str, Callable[..., ChildPeer]] = {
+    "fastembed": fastembed_peer,
+    "fastembed_fp32": fastembed_peer,
+}
+
+
+def child_timer(baseline: Any) -> Callable[[], float] | None:
+    """What times a baseline's score call: a child's own time, else None (the wall time)."""
+    return baseline.last_compute_s if isinstance(baseline, ChildPeer) else None
+
+
+def make_baseline(name: str, spec: ModelSpec, model_dir: Path, *, device: str, threads: int,
+                  peer_python: str | None) -> Any:
+    """Baseline `name` on the model in `model_dir`: in this process, else (its package missing
+    here) in a child of `peer_python` where CHILD_BASELINES has it.
+
+    Raises:
+        RerankError, MissingDependencyError: It cannot run here (the message says why).
+    """
+    options = BASELINE_OPTIONS.get(name, {})
+    try:
+        return BASELINE_CLASSES[name](spec, model_dir, device=device, threads=threads, **options)
+    except MissingDependencyError as err:
+        if name not in CHILD_BASELINES:
+            raise
+        if peer_python is None:
+            raise MissingDependencyError(
+                f"{err}; or run it in a second environment that has it: pass --peer-python "
+                f"PATH, that environment's interpreter ({peer_worker.INSTALL_HINT})") from err
+    return CHILD_BASELINES[name](spec, model_dir, name=name, device=device, threads=threads,
+                                 python=peer_python, **options)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -355,10 +397,9 @@ class BenchRun:
         key = (name, device)
         if key not in self._baselines:
             try:
-                self._baselines[key] = BASELINE_CLASSES[name](
-                    self.reference_engine.spec, self.model_dir, device=device,
-                    threads=self.threads, **BASELINE_OPTIONS.get(name, {}),
-                )
+                self._baselines[key] = make_baseline(
+                    name, self.reference_engine.spec, self.model_dir, device=device,
+                    threads=self.threads, peer_python=self.peer_python)
             except (RerankError, MissingDependencyError) as err:
                 logger.warning("baseline %s skipped on %s: %s", name, device, err)
                 self._baselines[key] = f"skipped: {err}"
@@ -377,7 +418,7 @@ class BenchRun:
 
             calibration = [(pair.query, pair.passage) for pair in load_calibration_pairs()]
             try:
-                self._baselines[key] = ChildPeer(
+                self._baselines[key] = sentence_transformers_peer(
                     kind, self.reference_engine.spec, self.model_dir, device=device,
                     threads=self.threads, python=self.peer_python, calibration=calibration)
             except (RerankError, MissingDependencyError) as err:
@@ -406,7 +447,7 @@ class BenchRun:
                 skipped[name] = baseline
                 continue
             contenders.append(pairs_contender(name, baseline.label, baseline.settings,
-                                              baseline.score))
+                                              baseline.score, child_timer(baseline)))
         return contenders, skipped
 
     def compare(

@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 
-from onnxrank.bench.baselines import FastembedBaseline, SentenceTransformersBaseline
 from onnxrank.bench.contenders import engine_contender, pairs_contender
 from onnxrank.bench.family_checkpoints import FAMILY_NAMES, MODEL_SUFFIX, SPEED_ONLY
 from onnxrank.bench.harness import Contender, StoppingRule, measure_interleaved, summarize
-from onnxrank.bench.suite.bench_run import BenchRun
+from onnxrank.bench.suite.bench_run import BenchRun, child_timer, make_baseline
 from onnxrank.bench.workloads import (
     DEFAULT_SEED,
     PassageSource,
@@ -46,6 +45,7 @@ SCENARIO = "families"
 REGIMES = ("short", "mixed")
 CANDIDATES = 50
 QUERIES = 12
+BASELINES = ("st", "fastembed_fp32")
 TIME_CAP_S = 300.0
 
 
@@ -75,18 +75,15 @@ def test_families(benchmark: Any, bench: BenchRun, device: str, regime: Regime,
     contenders: list[Contender[Sequence[Request]]] = [engine_contender(
         "engine", f"onnxrank engine on {engine.spec.name} ({bench.engine_label()})", engine)]
     skipped: dict[str, str] = {}
-    baselines: dict[str, tuple[Any, dict[str, str]]] = {
-        "st": (SentenceTransformersBaseline, {}),
-        "fastembed_fp32": (FastembedBaseline, {"variant": "fp32"})}
-    for name, (baseline_class, options) in baselines.items():
+    for name in BASELINES:
         try:
-            baseline = baseline_class(engine.spec, model_dir, device=device,
-                                      threads=bench.threads, **options)
+            baseline = make_baseline(name, engine.spec, model_dir, device=device,
+                                     threads=bench.threads, peer_python=bench.peer_python)
         except (RerankError, MissingDependencyError, ValueError) as err:
             skipped[name] = f"skipped: {err}"
             continue
         contenders.append(pairs_contender(name, baseline.label, baseline.settings,
-                                          baseline.score))
+                                          baseline.score, child_timer(baseline)))
     ratios = [("engine", contender.name) for contender in contenders[1:]]
     stopping = StoppingRule(min_items=min(bench.sizes.min_items, len(items)),
                             max_items=len(items), time_cap_s=TIME_CAP_S)
