@@ -50,6 +50,7 @@ START_TIMEOUT_S = 300.0  # loading and warming a model (Infinity imports torch f
 STOP_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 120.0
 POLL_S = 0.1
+STACKS_TIMEOUT_S = 5.0  # for a server's stack dump (SIGUSR1) to arrive
 ADDRESS = re.compile(r"on (http://127\.0\.0\.1:\d+) ")
 INFINITY_COMMAND = "infinity_emb"
 # How to install the peer into its own virtualenv VENV (then put VENV/bin on PATH, or pass
@@ -271,6 +272,8 @@ def _wait_http_ok(url: str, process: subprocess.Popen[str], timeout_s: float) ->
 class _Process:
     """A server subprocess, stopped with SIGTERM (then killed if it does not exit)."""
 
+    dumps_stacks = False  # whether SIGUSR1 makes it print every thread's stack
+
     def __init__(self, command: list[str], env: dict[str, str]) -> None:
         logger.info("starting %s", " ".join(command))
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
@@ -291,6 +294,21 @@ class _Process:
     @property
     def rss_bytes(self) -> int | None:
         return rss_bytes(self.process.pid)
+
+    def stacks(self) -> list[str]:
+        """The lines a running ``onnxrank serve`` writes on SIGUSR1 (every thread's stack), for
+        the error of a start that did not finish; none for another server or a dead one."""
+        if not (self.dumps_stacks and hasattr(signal, "SIGUSR1")) or self.process.poll() is not None:
+            return []
+        self.process.send_signal(signal.SIGUSR1)
+        lines, deadline = [], time.monotonic() + STACKS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                lines.append(self.lines.get(timeout=POLL_S * 5).rstrip())
+            except queue.Empty:
+                if lines:  # the dump is written at once: a pause after it ends it
+                    break
+        return lines
 
     def stop(self) -> int | None:
         """SIGTERM, wait (bounded), kill if needed; returns the exit status."""
@@ -321,6 +339,8 @@ class ServerProcess(_Process):
         extra_args: More ``onnxrank serve`` flags.
     """
 
+    dumps_stacks = True
+
     def __init__(self, model_dirs: Sequence[Path], *, threads: int, batching: bool,
                  engine_options: Mapping[str, Any] | None = None, index: Path | None = None,
                  extra_args: Sequence[str] = ()) -> None:
@@ -335,7 +355,12 @@ class ServerProcess(_Process):
                if not name.startswith("ONNXRANK_")}
         super().__init__(command, env)
         self.base_url = self._address()
-        _wait_http_ok(f"{self.base_url}/ready", self.process, START_TIMEOUT_S)
+        try:
+            _wait_http_ok(f"{self.base_url}/ready", self.process, START_TIMEOUT_S)
+        except TimeoutError as err:
+            stacks = self.stacks()
+            self.stop()
+            raise TimeoutError(f"{err}; its threads' stacks: {' | '.join(stacks)}") from err
 
     def _address(self) -> str:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -349,8 +374,10 @@ class ServerProcess(_Process):
             match = ADDRESS.search(line)
             if match:
                 return match.group(1)
+        stacks = self.stacks()
         self.stop()
-        raise RuntimeError("onnxrank serve did not print its address: " + " | ".join(self.tail))
+        raise RuntimeError("onnxrank serve did not print its address: " + " | ".join(self.tail)
+                           + ("; its threads' stacks: " + " | ".join(stacks) if stacks else ""))
 
     def metrics_text(self) -> str:
         httpx = require("httpx", extra="serve-test")

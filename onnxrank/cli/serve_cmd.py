@@ -4,7 +4,9 @@ EngineConfig)."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,6 +238,8 @@ def run_serve(args: argparse.Namespace) -> int:
     """
     from onnxrank.serve.server import serve
 
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack (a hang's why)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     config = ServeConfig(**config_overrides(args, ServeConfig))  # checked before models load
     engines, retriever = load_served(args)
     serve(engines, config, retriever=retriever)

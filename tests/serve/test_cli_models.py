@@ -45,10 +45,16 @@ def test_two_models_and_an_index_from_the_command_line(bow_rerank_engine: Rerank
             # float32 as its shortest decimal: reads back to the same float32, bit for bit
             np.testing.assert_array_equal(np.asarray(vectors, dtype=np.float32),
                                           bow_embed_engine.embed(["heat"]))
+            assert any("ranker (rerank), bow-embedder (embedding), search on "
+                       "http://127.0.0.1:" in line for line in server.tail)
+            # SIGUSR1: every thread's stack (what a start that hangs reports), and it serves on
+            stacks = server.stacks()
+            assert any(re.match(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)",
+                                line) for line in stacks), stacks
+            assert any("uvicorn" in line for line in stacks), stacks
+            assert client.get("/health").status_code == 200
     finally:
         assert server.stop() == 0
-    assert any("ranker (rerank), bow-embedder (embedding), search on http://127.0.0.1:" in line
-               for line in server.tail)
 
 
 def test_models_file_with_fixed_threads(bow_rerank_engine: Reranker, bow_embed_engine: Embedder,
