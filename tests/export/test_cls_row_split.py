@@ -138,6 +138,18 @@ def test_per_row_int8_keeps_position_0_float_and_counts_it(
     assert {kinds[name] for name in sides + split["first_row_only"]} == {"MatMul"}
     assert set(sides + split["first_row_only"]) <= set(record["nodes_kept_fp32"])
     assert record["quantized_nodes"] == plain["quantized_nodes"] - len(split["first_row_only"])
+    # the float products' weights are stored in fp16 and cast to fp32 where read: computed in
+    # fp32, half the bytes on disk
+    graph = onnx.load(str(out)).graph
+    stored = {tensor.name: tensor.data_type for tensor in graph.initializer}
+    nodes = {node.name: node for node in graph.node}
+    for name in sides + split["first_row_only"]:
+        (cast,) = [node for node in graph.node if node.output[0] == nodes[name].input[1]]
+        assert cast.op_type == "Cast" and stored[cast.input[0]] == onnx.TensorProto.FLOAT16
+        assert cast.input[0] in record["float_weights_stored_fp16"]["tensors"]
+    assert record["float_weights_stored_fp16"]["bytes_saved"] == sum(
+        2 * int(np.prod(tensor.dims)) for tensor in graph.initializer
+        if tensor.data_type == onnx.TensorProto.FLOAT16)
     shares = [entry["int8_gemm_flops_share"]["share"] for entry in (record, plain)]
     assert 0 < shares[0] < shares[1], shares
     assert not list(tmp_path.glob(".per-row-*"))  # the split graph was scratch

@@ -54,6 +54,10 @@ def test_every_encoder_matmul_is_int8_and_the_record_says_what_stayed_fp32(
     assert all(nodes[name].op_type == "Gemm" for name in record["nodes_kept_fp32"])
     share = record["int8_gemm_flops_share"]
     assert share["tokens"] == 128 and 0.6 <= share["share"] < 1.0
+    # no position-0 split: no float product, so nothing stored fp16 (the tables keep fp32)
+    assert record["float_weights_stored_fp16"]["tensors"] == []
+    assert all(tensor.data_type != onnx.TensorProto.FLOAT16
+               for tensor in onnx.load(str(out)).graph.initializer)
 
 
 def test_scores_follow_fp32_and_not_the_batch_mates(tiny_model_dir: Path,
