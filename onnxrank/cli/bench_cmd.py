@@ -321,9 +321,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "one on PATH; reported as skipped, with its install command, when absent)")
     add_flag(parser, COMMAND, "--peer-python", default=None,
              help="the peers scenario's OpenVINO peers (sentence-transformers on OpenVINO and its "
-                  "static int8 export) run in a child process of this interpreter, from an "
-                  "environment of their own (docs/peers.md); without it their rows are skipped "
-                  "with the command that builds it")
+                  "static int8 export), and fastembed's rows where fastembed is not installed "
+                  "here, run in a child process of this interpreter, from an environment of "
+                  "their own (docs/peers.md); without it their rows are skipped with the command "
+                  "that builds it")
     engine = parser.add_argument_group(
         "engine options (same meaning and twins as in every command; for every engine "
         "contender, a sweep varies its own setting on top)")

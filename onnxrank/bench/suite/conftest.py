@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Infinity's infinity_emb executable for the serving scenario (default: "
                          "the one on PATH)")
     group.addoption("--bench-peer-python", default=None,
-                    help="interpreter of the environment of the OpenVINO peers (peers scenario)")
+                    help="interpreter of the environment of the OpenVINO peers (peers scenario) "
+                         "and of fastembed where it is not installed here")
     group.addoption("--bench-budgets", default=str(DEFAULT_BUDGETS), help="budgets TOML file")
 
 
