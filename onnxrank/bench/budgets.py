@@ -9,8 +9,9 @@ Four kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
    single-core workload now versus on the reference machine (see environment.calibrate).
 3. Share-of-ceiling floors (``min_ceiling_share = 0.4`` with a ``contender``): the contender's
    effective model ops/s over the GEMM ceiling of its precision, both measured in the same run.
-4. Pareto verdicts (``pareto = "ct2"``, peers scenario): the engine is faster than that peer
-   (interval of the ratio above 1) at no lower fidelity to PyTorch fp32 (onnxrank.bench.fidelity);
+4. Pareto verdicts (``pareto = "ct2"``, peers scenario): the engine, at its defaults or at its
+   faster float precision, is faster than that peer (interval of the ratio above 1) at no lower
+   fidelity to PyTorch fp32 (onnxrank.bench.fidelity);
    "not measured" when the peer's row was not (its environment missing), so it holds only where
    the row is measured.
 

@@ -5,7 +5,10 @@ the Spearman correlation of its scores with sentence-transformers' PyTorch fp32 
 checkpoint, and the share of fp32's top 10 it keeps; both averaged over the queries
 (onnxrank.export.fidelity.score_metrics, the export gate's metrics, with one group per query).
 
-The verdict for a peer: is the engine faster at no lower fidelity?
+The verdict for a peer: is the engine faster at no lower fidelity? The engine has two rows: its
+defaults and its faster float precision (onnxrank.bench.suite.test_peers), so a peer that keeps
+fp32's fidelity meets the engine at fp32 too; the verdict is "yes" when either row is faster than
+the peer at no lower fidelity (`frontier_verdict`), and it names the row. Each row against a peer:
 
 1. Faster: the 95% interval of the median of per-query ratios (peer's time / engine's time) lies
    above 1 (its low end > 1). Without an interval (fewer than 6 queries) it is not known: "no".
@@ -75,3 +78,25 @@ def pareto_verdict(ratio: Mapping[str, Any] | None, engine: Mapping[str, Any],
     return {"verdict": "yes" if faster and not shortfalls else "no", "faster": faster,
             "no_lower_fidelity": not shortfalls,
             "why": "; ".join([speed, *(shortfalls or ["fidelity not lower"])])}
+
+
+def frontier_verdict(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One peer's verdict over the engine's rows: "yes" when any row is faster at no lower
+    fidelity.
+
+    Args:
+        rows: Each engine row's `pareto_verdict` against the peer, the default row first.
+
+    Returns:
+        verdict, by (the first row whose verdict is "yes", else None), why (that row's, else
+        every row's) and rows (the argument).
+
+    Raises:
+        ValueError: No rows.
+    """
+    if not rows:
+        raise ValueError("a verdict needs at least one engine row")
+    by = next((name for name, row in rows.items() if row["verdict"] == "yes"), None)
+    why = (rows[by]["why"] if by is not None
+           else "; ".join(f"{name}: {row['why']}" for name, row in rows.items()))
+    return {"verdict": "no" if by is None else "yes", "by": by, "why": why, "rows": dict(rows)}

@@ -163,7 +163,8 @@ def peer_section(results: Sequence[ScenarioResult]) -> list[str]:
              "a child process is timed on its own compute, its pipe round trip given apart. "
              f"Fidelity against `{REFERENCE}` (PyTorch fp32 of the same checkpoint) on the queries "
              "each contender was timed on: mean per-query Spearman and top-10 overlap. Verdict: "
-             "engine faster (interval above 1) at no lower fidelity (each metric at most "
+             "the engine, at its defaults or at its faster float precision (the row that says "
+             "yes is named), faster (interval above 1) at no lower fidelity (each metric at most "
              f"{tolerances} below the peer's).", ""]
     rows = []
     for result in peers:
@@ -182,12 +183,18 @@ def peer_section(results: Sequence[ScenarioResult]) -> list[str]:
                 str(fidelity.get("queries", "-")),
                 "-" if pipe is None else _ms(pipe["median"]),
                 "reference" if name == REFERENCE else
-                "-" if verdict is None else f"**{verdict['verdict']}** ({verdict['why']})"])
+                "-" if verdict is None else _verdict_text(verdict)])
         rows += [[result.regime, f"{name}: {reason}", "", "", "", "", "", "", "not measured"]
                  for name, reason in result.skipped.items()]
     lines += _table(["regime", "contender", "time vs engine", "p50 ms", "Spearman", "top-10",
                      "queries", "pipe ms", "engine faster at no lower fidelity"], rows)
     return lines
+
+
+def _verdict_text(verdict: dict[str, Any]) -> str:
+    """"**yes** by engine_float (why)", "**no** (why)"."""
+    by = f" by {verdict['by']}" if verdict.get("by") else ""
+    return f"**{verdict['verdict']}**{by} ({verdict['why']})"
 
 
 def agreement_section(results: Sequence[ScenarioResult]) -> list[str]:

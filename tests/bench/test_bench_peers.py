@@ -27,7 +27,12 @@ from onnxrank import Reranker
 from onnxrank.bench import peer_worker
 from onnxrank.bench.baselines import SentenceTransformersBaseline
 from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
-from onnxrank.bench.fidelity import FIDELITY_TOLERANCES, fidelity, pareto_verdict
+from onnxrank.bench.fidelity import (
+    FIDELITY_TOLERANCES,
+    fidelity,
+    frontier_verdict,
+    pareto_verdict,
+)
 from onnxrank.bench.harness import Contender, ScenarioResult, measure_interleaved
 from onnxrank.bench.paths import DEFAULT_BUDGETS
 from onnxrank.bench.peers import (
@@ -243,6 +248,26 @@ def test_pareto_verdict(ratio: dict[str, float | None] | None, engine: tuple[flo
         verdict, faster, faithful), result["why"]
 
 
+def _row(verdict: str, why: str) -> dict[str, str]:
+    return {"verdict": verdict, "why": why}
+
+
+def test_frontier_verdict_names_the_first_engine_row_that_beats_the_peer() -> None:
+    both = frontier_verdict({"engine": _row("yes", "fast"), "engine_float": _row("yes", "exact")})
+    assert (both["verdict"], both["by"], both["why"]) == ("yes", "engine", "fast")
+    floated = frontier_verdict({"engine": _row("no", "spearman lower"),
+                                "engine_float": _row("yes", "interval 1.2-1.3x > 1")})
+    assert (floated["verdict"], floated["by"], floated["why"]) == (
+        "yes", "engine_float", "interval 1.2-1.3x > 1")
+    assert set(floated["rows"]) == {"engine", "engine_float"}
+    neither = frontier_verdict({"engine": _row("no", "slower"),
+                                "engine_float": _row("no", "much slower")})
+    assert (neither["verdict"], neither["by"], neither["why"]) == (
+        "no", None, "engine: slower; engine_float: much slower")
+    with pytest.raises(ValueError, match="at least one engine row"):
+        frontier_verdict({})
+
+
 def _peers_result(verdicts: dict[str, str]) -> ScenarioResult:
     stats = {"p50_ms": 10.0}
     fidelity_row = {"queries": 6, "spearman": 0.99, "top10_overlap": 0.95}
@@ -253,7 +278,7 @@ def _peers_result(verdicts: dict[str, str]) -> ScenarioResult:
         ratios={f"engine/{name}": {**_ratio(1.1, 1.2, 1.3), "n": 6} for name in verdicts},
         skipped={"st_openvino": "skipped: not run: pass --peer-python PATH"},
         fidelity={name: fidelity_row for name in ("engine", "st", *verdicts)},
-        pareto={name: {"verdict": verdict, "why": f"because {verdict}"}
+        pareto={name: frontier_verdict({"engine": _row(verdict, f"because {verdict}")})
                 for name, verdict in verdicts.items()})
 
 
@@ -286,7 +311,7 @@ def test_report_peer_table() -> None:
     assert "| short | engine: engine | 1 | 10.0 | 0.9900 | 0.950 | 6 | - | - |" in table
     assert "| short | st: st | - | 10.0 | 0.9900 | 0.950 | 6 | - | reference |" in table
     assert ("| short | ct2: ct2 | 1.20x [1.10-1.30] | 10.0 | 0.9900 | 0.950 | 6 | - | "
-            "**yes** (because yes) |") in table
+            "**yes** by engine (because yes) |") in table
     assert ("| short | st_openvino: skipped: not run: pass --peer-python PATH |  |  |  |  |  |  | "
             "not measured |") in table
     assert peer_section([]) == []

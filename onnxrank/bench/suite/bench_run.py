@@ -173,7 +173,7 @@ FULL_TIME_CAPS_S = {
     "padding/mixed_uniform": 25.0, "threads": 20.0, "precision": 30.0,
     "long_documents": 25.0, "order_check": 15.0, "retrieval_stages": 15.0,
     "retrieval_cascade": 120.0,
-    "overhead/short": 20.0, "overhead/mixed": 20.0, "peers/short": 60.0, "peers/mixed": 120.0,
+    "overhead/short": 20.0, "overhead/mixed": 20.0, "peers/short": 75.0, "peers/mixed": 150.0,
     "serving_c1": 15.0, "serving_c4": 15.0, "serving_c16/short": 45.0,
     "serving_c16/mixed": 50.0, "serving_c64": 30.0,
     "serving_embed_c1": 10.0, "serving_embed_c4": 10.0, "serving_embed_c16": 40.0,

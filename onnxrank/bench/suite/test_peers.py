@@ -1,37 +1,48 @@
 """Peers: the engine against the fastest paths users already have, on time and on fidelity.
 
-Every contender reranks the same queries interleaved, as in the latency scenario: the engine,
-sentence-transformers on PyTorch fp32 (also the fidelity reference) and, on CUDA, fp16; on CPU
-CTranslate2 int8, FlashRank and, with --peer-python, sentence-transformers on OpenVINO and its
-static int8 export in a child process (onnxrank.bench.peers). A peer that does not run on the
+Every contender reranks the same queries interleaved, as in the latency scenario: the engine at
+its defaults and at its faster float precision (fp32 or bf16 on a CPU, fp32 or fp16 on CUDA,
+picked as the OpenVINO peers pick theirs), sentence-transformers on PyTorch fp32 (also the
+fidelity reference) and, on CUDA, fp16; on CPU CTranslate2 int8, FlashRank and, with
+--peer-python, sentence-transformers on OpenVINO and its static int8 export in a child process
+(onnxrank.bench.peers). A peer that does not run on the
 device is skipped with its reason. Each row has its time ratio against the engine and its fidelity
-to PyTorch fp32 on the queries it was timed on; the report's verdict for every peer: is the engine
-faster at no lower fidelity (onnxrank.bench.fidelity)? Budgets of kind ``pareto`` enforce it per
-machine class.
+to PyTorch fp32 on the queries it was timed on; the report's verdict for every peer: is the engine,
+at its defaults or at float precision, faster at no lower fidelity (onnxrank.bench.fidelity)?
+Budgets of kind ``pareto`` enforce it per machine class.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
+from onnxrank import Reranker
 from onnxrank.bench.contenders import engine_settings
-from onnxrank.bench.fidelity import REFERENCE, fidelity, pareto_verdict
+from onnxrank.bench.fidelity import REFERENCE, fidelity, frontier_verdict, pareto_verdict
 from onnxrank.bench.harness import Contender, ScenarioResult, median_stats
+from onnxrank.bench.peer_worker import BATCH_SIZE, fastest
 from onnxrank.bench.peers import CHILD_PEERS, ONNX_SKIP_REASON, ChildPeer, child_peer_name
 from onnxrank.bench.suite.bench_run import BenchRun
 from onnxrank.bench.workloads import Regime, Request
-from onnxrank.types import Pair
+from onnxrank.errors import MissingDependencyError, RerankError
+from onnxrank.export.validate import load_calibration_pairs
+from onnxrank.types import Device, Pair
 
 SCENARIO = "peers"
 # the regimes of the product's promises; the others are the latency scenario's
 REGIMES = ("short", "mixed")
 IN_PROCESS_PEERS = (REFERENCE, "st_fp16", "ct2", "flashrank")
 ENGINE = "engine"
+FLOAT_ENGINE = "engine_float"
+# The float precisions the engine row at fp32's fidelity picks from, per device: a peer that keeps
+# fp32's fidelity (OpenVINO at f32 or bf16) meets the engine at its own faster float precision.
+FLOAT_PRECISIONS = {Device.CPU.value: ("fp32", "bf16"), Device.CUDA.value: ("fp32", "fp16")}
 
 Scored = dict[int, np.ndarray]  # id(request) -> its scores, in document order
 
@@ -46,6 +57,27 @@ def _scoring(name: str, label: str, settings: dict[str, Any],
                 score([(request.query, document) for document in request.documents]),
                 dtype=np.float64)
     return Contender(name=name, label=label, run=run, settings=settings, timer=timer)
+
+
+def float_engine(bench: BenchRun, device: str) -> tuple[Reranker, dict[str, Any]] | str:
+    """The engine at its faster float precision on `device`, picked as the OpenVINO peers pick
+    theirs (peer_worker.fastest on the first BATCH_SIZE calibration pairs), with its settings and
+    each precision's probe time or why it does not run; or why none runs."""
+    loaded: dict[str, Reranker] = {}
+    refused: dict[str, str] = {}
+    for precision in FLOAT_PRECISIONS[device]:
+        try:
+            loaded[precision] = bench.engine(device, precision=precision)
+        except (RerankError, MissingDependencyError) as err:  # e.g. bf16 on a CPU without BF16
+            refused[precision] = str(err)
+    if not loaded:
+        return "skipped: no float precision runs here: " + "; ".join(
+            f"{precision}: {reason}" for precision, reason in refused.items())
+    pairs = [(pair.query, pair.passage) for pair in load_calibration_pairs()[:BATCH_SIZE]]
+    chosen, times = fastest({precision: functools.partial(engine.score, pairs)
+                             for precision, engine in loaded.items()})
+    return loaded[chosen], {**engine_settings(loaded[chosen]), "precision_probe_ms": times,
+                            "precisions_refused": refused}
 
 
 def _with_fidelity(bench: BenchRun, result: ScenarioResult, requests: Sequence[Request],
@@ -67,8 +99,10 @@ def _with_fidelity(bench: BenchRun, result: ScenarioResult, requests: Sequence[R
     for name, store in scored.items():
         ran = [request for request in requests if id(request) in store]
         table[name] = fidelity([truth[id(r)] for r in ran], [store[id(r)] for r in ran])
-    verdicts = {name: pareto_verdict(result.ratios.get(f"{ENGINE}/{name}"), table[ENGINE],
-                                     table[name]) for name in peers if name in table}
+    engines = [name for name in (ENGINE, FLOAT_ENGINE) if name in table]
+    verdicts = {name: frontier_verdict({
+        engine: pareto_verdict(result.ratios.get(f"{engine}/{name}"), table[engine], table[name])
+        for engine in engines}) for name in peers if name in table}
     return dataclasses.replace(result, fidelity=table, pareto=verdicts)
 
 
@@ -82,6 +116,15 @@ def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> 
     contenders = [_scoring(ENGINE, f"onnxrank engine ({bench.engine_label()})",
                            engine_settings(engine), engine.score, scored[ENGINE])]
     skipped = {"st_onnx_int8": ONNX_SKIP_REASON}
+    floated = float_engine(bench, device)
+    if isinstance(floated, str):
+        skipped[FLOAT_ENGINE] = floated
+    else:
+        contenders.append(_scoring(
+            FLOAT_ENGINE, f"onnxrank engine at its faster float precision here "
+            f"({floated[0].device_info.precision})", floated[1], floated[0].score,
+            scored.setdefault(FLOAT_ENGINE, {})))
+    engines = [contender.name for contender in contenders]
     children: dict[str, ChildPeer] = {}
     found = [(name, bench.baseline(name, device)) for name in IN_PROCESS_PEERS]
     found += [(child_peer_name(kind), bench.child_peer(kind, device)) for kind in CHILD_PEERS]
@@ -97,7 +140,7 @@ def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> 
         score = peer.score_logits if name == REFERENCE else peer.score
         contenders.append(_scoring(name, peer.label, peer.settings, score,
                                    scored.setdefault(name, {}), timer))
-    peers = [contender.name for contender in contenders[1:]]
+    peers = [contender.name for contender in contenders[len(engines):]]
     # fp32 is the reference: its fidelity is 1 by definition, so no verdict is read against it
     judged = [name for name in peers if name != REFERENCE]
     for child in children.values():  # this measurement's pipe round trips only
@@ -113,5 +156,6 @@ def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> 
         benchmark, scenario=SCENARIO, regime=regime.name, device=device, contenders=contenders,
         items=[(request,) for request in workload.requests],
         pairs_per_item=[len(request.documents) for request in workload.requests],
-        ratios=[(ENGINE, name) for name in peers], skipped=skipped, workload=workload,
+        ratios=[(engine, name) for engine in engines for name in peers]
+        + [(ENGINE, name) for name in engines[1:]], skipped=skipped, workload=workload,
         annotate=annotate)
