@@ -1,6 +1,6 @@
 """Performance budgets (onnxrank/bench/suite/budgets.toml): loading, checking, the verdict table.
 
-Four kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
+Five kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
 
 1. Ratio floors (``ratio = "engine/st"``, ``min_ratio = 2.5``): the median over items of the
    per-item speed-up, measured interleaved in the same process. Machine-independent.
@@ -14,6 +14,8 @@ Four kinds of budget, all per device class (``[[cpu]]``, ``[[cuda]]`` entries):
    fidelity to PyTorch fp32 (onnxrank.bench.fidelity);
    "not measured" when the peer's row was not (its environment missing), so it holds only where
    the row is measured.
+5. Fidelity floors (``min_spearman = 0.99``, ``min_top10_overlap = 0.95``, peers scenario): a
+   contender's mean per-query agreement with PyTorch fp32 on the queries it was timed on.
 
 A ratio floor against a peer that computes in another precision (PyTorch fp32) can follow the
 chip's own arithmetic instead of holding one number for a whole machine class:
@@ -51,11 +53,14 @@ from onnxrank.bench.machine import MACHINE_CLASSES
 logger = logging.getLogger(__name__)
 
 ANY_MODEL = "*"
+# Fidelity floors of the peers scenario: the entry's key -> the metric of onnxrank.bench.fidelity
+# (mean per query, against PyTorch fp32) that `contender` must reach.
+FIDELITY_FLOORS = {"min_spearman": "spearman", "min_top10_overlap": "top10_overlap"}
 ENTRY_KEYS = {"scenario", "regime", "contender", "p50_ms", "p95_ms", "ratio", "min_ratio",
-              "min_ceiling_share", "pareto", "model", "machine_class", "note"}
+              "min_ceiling_share", "pareto", "model", "machine_class", "note", *FIDELITY_FLOORS}
 # Metrics that are floors (measured must be >= limit); the others are ceilings in ms.
-FLOOR_METRICS = ("ratio", "ceiling_share", "pareto")
-UNITS = {"ratio": "x", "ceiling_share": "", "pareto": ""}  # the others: " ms"
+FLOOR_METRICS = ("ratio", "ceiling_share", "pareto", *FIDELITY_FLOORS.values())
+UNITS = {"ratio": "x", "ceiling_share": ""}  # fidelity: 4 decimals, pareto: yes/no, others: " ms"
 # a pareto budget's measured value: 1 when the verdict is "yes", else 0; its limit is 1
 PARETO_YES = 1.0
 DEVICE_CLASSES = ("cpu", "cuda")
@@ -128,7 +133,7 @@ class Budget:
         scenario: Scenario name ("latency", "padding", ...).
         regime: Regime name, or None for every regime of the scenario.
         metric: "p50_ms", "p95_ms" (ceilings on `subject`'s latency), "ratio",
-            "ceiling_share" or "pareto" (floors).
+            "ceiling_share", "pareto", "spearman" or "top10_overlap" (floors).
         subject: The contender for latency and share metrics, the peer for pareto; "a/b" for a
             ratio.
         limit: Milliseconds on the reference machine, the minimum ratio or the minimum share.
@@ -213,6 +218,8 @@ class Verdict:
     def _with_unit(self, value: float) -> str:
         if self.budget.metric == "pareto":
             return "yes" if value >= PARETO_YES else "no"
+        if self.budget.metric in FIDELITY_FLOORS.values():
+            return f"{value:.4f}"
         return f"{value:.2f}{UNITS.get(self.budget.metric, ' ms')}"
 
 
@@ -265,9 +272,17 @@ def _entry_budgets(path: Path, device: str, position: int, entry: dict[str, Any]
     if "pareto" in entry:
         budgets.append(Budget(metric="pareto", subject=str(entry["pareto"]), limit=PARETO_YES,
                               **common))
+    for key, metric in FIDELITY_FLOORS.items():
+        if key in entry:
+            floor = _number(where, key, entry[key])
+            if not 0 < floor <= 1:
+                raise BudgetFileError(f"{where}: {key} is a mean per-query agreement in (0, 1], "
+                                      f"got {floor}")
+            budgets.append(Budget(metric=metric, subject=str(entry.get("contender", "engine")),
+                                  limit=floor, **common))
     if not budgets:
         raise BudgetFileError(f"{where} sets no limit; give p50_ms, p95_ms, ratio with min_ratio, "
-                         "min_ceiling_share or pareto")
+                         f"min_ceiling_share, pareto, {' or '.join(FIDELITY_FLOORS)}")
     return budgets
 
 
@@ -361,6 +376,11 @@ def _measured(budget: Budget, result: ScenarioResult) -> tuple[float | None, str
             return None, result.skipped.get(budget.subject) or (
                 verdict["why"] if verdict else f"{budget.subject} not measured")
         return (PARETO_YES if verdict["verdict"] == "yes" else 0.0), ""
+    if budget.metric in FIDELITY_FLOORS.values():
+        row = result.fidelity.get(budget.subject)
+        if row is None:
+            return None, result.skipped.get(budget.subject, f"no fidelity of {budget.subject}")
+        return row[budget.metric], ""
     if budget.subject not in result.contenders:
         return None, result.skipped.get(budget.subject, f"{budget.subject} not measured")
     stats = result.contenders[budget.subject]["stats"]

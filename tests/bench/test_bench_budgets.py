@@ -83,11 +83,19 @@ def test_shipped_file_holds_the_product_promises() -> None:
     # missed in 2 of 4 full runs on that class: a guard below the promise
     assert shares[(("avx512_vnni_bf16",), "latency", "short", "engine")] == 0.3
     assert floors[("cuda", (), "latency", "short", "engine/st")] == 2.5
+    # issue 53's bar for the defaults, on the class it was written for: speed and fidelity
+    machine = ("avx512_vnni_bf16",)
+    assert floors[("cpu", machine, "peers", "short", "engine/st_openvino_int8")] == 1.5
+    assert floors[("cpu", machine, "peers", "mixed", "engine/st_openvino_int8")] == 2.0
+    fidelity = {(b.machine_classes, b.scenario, b.regime, b.subject, b.metric): b.limit
+                for b in budgets.budgets if b.metric in ("spearman", "top10_overlap")}
+    assert fidelity == {(machine, "peers", None, "engine", "spearman"): 0.99,
+                        (machine, "peers", None, "engine", "top10_overlap"): 0.95}
     assert floors[("cuda", (), "padding", "mixed", "length_sorted/pad_to_max")] == 3.0
     # absolute latencies and runtime-against-runtime ratios are always per class
     for budget in budgets.budgets:
         if budget.device == "cpu" and (budget.metric in ("p50_ms", "p95_ms", "ceiling_share",
-                                                         "pareto")
+                                                         "pareto", "spearman", "top10_overlap")
                                        or budget.subject.split("/")[1] in (
                                            "st", "naive_ort", "fastembed", "pad_to_max",
                                            "infinity", "serve_nobatch")):
@@ -345,7 +353,8 @@ def test_a_malformed_min_ratio_is_a_budget_file_error(tmp_path: Path, min_ratio:
      "entry 1 needs a scenario, e.g. scenario = \"latency\""),
     ('[[cpu]]\nscenario = "latency"\np99_ms = 1.0\n',
      "entry 1 has unknown keys ['p99_ms']; allowed: contender, machine_class, "
-     "min_ceiling_share, min_ratio, model, note, p50_ms, p95_ms, pareto, ratio, regime, scenario"),
+     "min_ceiling_share, min_ratio, min_spearman, min_top10_overlap, model, note, p50_ms, p95_ms, "
+     "pareto, ratio, regime, scenario"),
     ('[[cpu]]\nscenario = "latency"\nmachine_class = "sse"\np50_ms = 1.0\n',
      "entry 1: unknown machine_class ['sse']; choose from amx, avx512_vnni_bf16, avx512, avx2, "
      "other"),
@@ -354,8 +363,8 @@ def test_a_malformed_min_ratio_is_a_budget_file_error(tmp_path: Path, min_ratio:
     ('[[cpu]]\nscenario = "latency"\nratio = "engine/st"\n',
      "entry 1: ratio and min_ratio go together, e.g. ratio = \"engine/st\", min_ratio = 2.5"),
     ('[[cpu]]\nscenario = "latency"\n',
-     "entry 1 sets no limit; give p50_ms, p95_ms, ratio with min_ratio, min_ceiling_share or "
-     "pareto"),
+     "entry 1 sets no limit; give p50_ms, p95_ms, ratio with min_ratio, min_ceiling_share, "
+     "pareto, min_spearman or min_top10_overlap"),
     ('[[gpu]]\nscenario = "latency"\n',
      "has unknown top-level keys ['gpu']; allowed: calibration, model, cpu, cuda"),
     ('[[cpu]]\nscenario = "latency"\np50_ms = "fast"\n', "entry 1: p50_ms must be a number, got 'fast'"),

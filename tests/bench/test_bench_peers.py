@@ -26,7 +26,7 @@ import pytest
 from onnxrank import Reranker
 from onnxrank.bench import peer_worker
 from onnxrank.bench.baselines import SentenceTransformersBaseline
-from onnxrank.bench.budgets import check_budgets, load_budgets, verdict_table
+from onnxrank.bench.budgets import BudgetFileError, check_budgets, load_budgets, verdict_table
 from onnxrank.bench.fidelity import (
     FIDELITY_TOLERANCES,
     fidelity,
@@ -294,6 +294,27 @@ def test_pareto_budgets_hold_where_the_row_is_measured(tmp_path: Path) -> None:
         ("st_openvino", "-", "not measured: skipped: not run: pass --peer-python PATH")]
     assert re.search(r"peers/short flashrank pareto +cpu +any +no +>= yes +FAIL",
                      verdict_table(verdicts))
+
+
+def test_fidelity_floors_read_the_contenders_fidelity_row(tmp_path: Path) -> None:
+    path = tmp_path / "budgets.toml"
+    path.write_text('[calibration]\nreference_ms = 10.0\nmodel = "*"\n'
+                    '[[cpu]]\nscenario = "peers"\nmin_spearman = 0.99\nmin_top10_overlap = 0.96\n'
+                    '[[cpu]]\nscenario = "peers"\ncontender = "st_openvino"\nmin_spearman = 0.98\n')
+    verdicts = check_budgets(load_budgets(path), _peers_result({"ct2": "yes"}), model="tiny",
+                             scale=1.0, machine_class="amx")
+    # the rows read 0.99 / 0.95; st_openvino was skipped
+    assert [(v.budget.subject, v.budget.metric, v.measured_text(), v.limit_text(), v.verdict)
+            for v in verdicts] == [
+        ("engine", "spearman", "0.9900", ">= 0.9900", "ok"),
+        ("engine", "top10_overlap", "0.9500", ">= 0.9600", "FAIL"),
+        ("st_openvino", "spearman", "-", ">= 0.9800",
+         "not measured: skipped: not run: pass --peer-python PATH")]
+    path.write_text('[calibration]\nreference_ms = 10.0\n'
+                    '[[cpu]]\nscenario = "peers"\nmin_top10_overlap = 95\n')
+    with pytest.raises(BudgetFileError, match=r"min_top10_overlap is a mean per-query agreement "
+                                              r"in \(0, 1\], got 95.0"):
+        load_budgets(path)
 
 
 def test_shipped_pareto_budgets_are_for_the_promise_class_and_where_measured() -> None:
