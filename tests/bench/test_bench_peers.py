@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from onnxrank import Reranker
 from onnxrank.bench import peer_worker
 from onnxrank.bench.baselines import SentenceTransformersBaseline
 from onnxrank.bench.budgets import BudgetFileError, check_budgets, load_budgets, verdict_table
+from onnxrank.bench.environment import device_unavailable_reason
 from onnxrank.bench.fidelity import (
     FIDELITY_TOLERANCES,
     fidelity,
@@ -43,7 +45,7 @@ from onnxrank.bench.peers import (
     sentence_transformers_peer,
 )
 from onnxrank.bench.report import peer_section
-from onnxrank.bench.suite.bench_run import make_baseline
+from onnxrank.bench.suite.bench_run import BenchRun, make_baseline
 from onnxrank.engine.spec import load_model_spec
 from onnxrank.errors import DeviceUnavailableError, MissingDependencyError, ModelLoadError
 
@@ -336,6 +338,40 @@ def test_report_peer_table() -> None:
     assert ("| short | st_openvino: skipped: not run: pass --peer-python PATH |  |  |  |  |  |  | "
             "not measured |") in table
     assert peer_section([]) == []
+
+
+class _Engines:
+    """What float_engine asks of the bench: engines of the tiny model by precision."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+
+    def engine(self, device: str, **overrides: Any) -> Reranker:
+        return Reranker.from_dir(self.model_dir, device=device, threads=1, **overrides)
+
+
+def test_the_float_row_is_left_out_where_the_defaults_run_it(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxrank.bench.suite import test_peers
+
+    monkeypatch.setitem(test_peers.FLOAT_PRECISIONS, "cpu", ("fp32", "fp16"))  # fp16: refused
+    bench = cast(BenchRun, _Engines(tiny_model_dir))
+    int8 = bench.engine("cpu", precision="int8")
+    floated = test_peers.float_engine(bench, "cpu", int8)
+    assert not isinstance(floated, str), floated
+    engine, settings = floated
+    assert engine.device_info.precision in ("fp32", "fp16")
+    assert set(settings["precision_probe_ms"]) | set(settings["precisions_refused"]) == {
+        "fp32", "fp16"}
+    monkeypatch.setitem(test_peers.FLOAT_PRECISIONS, "cpu", ("fp32",))
+    assert test_peers.float_engine(bench, "cpu", bench.engine("cpu", precision="fp32")) == (
+        f"skipped: the defaults already run fp32 on "
+        f"{bench.engine('cpu', precision='fp32').device_info.backend}, the faster float "
+        "precision here")
+    if device_unavailable_reason("cuda") is not None:  # every CUDA precision is refused here
+        reason = test_peers.float_engine(bench, "cuda", int8)
+        assert isinstance(reason, str) and reason.startswith(
+            "skipped: no float precision runs here: fp32: device='cuda' was requested but")
 
 
 def test_the_harness_times_a_contender_by_its_own_timer(benchmark) -> None:

@@ -59,10 +59,12 @@ def _scoring(name: str, label: str, settings: dict[str, Any],
     return Contender(name=name, label=label, run=run, settings=settings, timer=timer)
 
 
-def float_engine(bench: BenchRun, device: str) -> tuple[Reranker, dict[str, Any]] | str:
+def float_engine(bench: BenchRun, device: str,
+                 default: Reranker) -> tuple[Reranker, dict[str, Any]] | str:
     """The engine at its faster float precision on `device`, picked as the OpenVINO peers pick
     theirs (peer_worker.fastest on the first BATCH_SIZE calibration pairs), with its settings and
-    each precision's probe time or why it does not run; or why none runs."""
+    each precision's probe time or why it does not run; or why the row is not needed: no float
+    precision runs, or the `default` engine already runs the chosen one (amx's bf16)."""
     loaded: dict[str, Reranker] = {}
     refused: dict[str, str] = {}
     for precision in FLOAT_PRECISIONS[device]:
@@ -76,6 +78,12 @@ def float_engine(bench: BenchRun, device: str) -> tuple[Reranker, dict[str, Any]
     pairs = [(pair.query, pair.passage) for pair in load_calibration_pairs()[:BATCH_SIZE]]
     chosen, times = fastest({precision: functools.partial(engine.score, pairs)
                              for precision, engine in loaded.items()})
+    running = loaded[chosen].device_info
+    if (running.backend, running.model_file, running.precision) == (
+            default.device_info.backend, default.device_info.model_file,
+            default.device_info.precision):
+        return (f"skipped: the defaults already run {running.precision} on {running.backend}, "
+                f"the faster float precision here")
     return loaded[chosen], {**engine_settings(loaded[chosen]), "precision_probe_ms": times,
                             "precisions_refused": refused}
 
@@ -116,7 +124,7 @@ def test_peers(benchmark: Any, bench: BenchRun, device: str, regime: Regime) -> 
     contenders = [_scoring(ENGINE, f"onnxrank engine ({bench.engine_label()})",
                            engine_settings(engine), engine.score, scored[ENGINE])]
     skipped = {"st_onnx_int8": ONNX_SKIP_REASON}
-    floated = float_engine(bench, device)
+    floated = float_engine(bench, device, engine)
     if isinstance(floated, str):
         skipped[FLOAT_ENGINE] = floated
     else:
