@@ -5,11 +5,11 @@ its defaults and at its faster float precision (fp32 or bf16 on a CPU, fp32 or f
 picked as the OpenVINO peers pick theirs), sentence-transformers on PyTorch fp32 (also the
 fidelity reference) and, on CUDA, fp16; on CPU CTranslate2 int8, FlashRank and, with
 --peer-python, sentence-transformers on OpenVINO and its static int8 export in a child process
-(onnxrank.bench.peers). A peer that does not run on the
-device is skipped with its reason. Each row has its time ratio against the engine and its fidelity
-to PyTorch fp32 on the queries it was timed on; the report's verdict for every peer: is the engine,
-at its defaults or at float precision, faster at no lower fidelity (onnxrank.bench.fidelity)?
-Budgets of kind ``pareto`` enforce it per machine class.
+(onnxrank.bench.peers). A peer that does not run on the device is skipped with its reason. Each
+row has its time ratio against the engine and its fidelity to PyTorch fp32 on the queries it was
+timed on; the report's verdict for every peer: is the engine, at its defaults or at float
+precision, faster at no lower fidelity (onnxrank.bench.fidelity)? Budgets of kind ``pareto``
+enforce it per machine class.
 """
 
 from __future__ import annotations
