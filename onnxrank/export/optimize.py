@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import tensor_readers
 from onnxrank.export.onnx import EXTERNAL_DATA_SUFFIX, PROTOBUF_LIMIT_BYTES
 
 logger = logging.getLogger(__name__)
@@ -143,10 +144,7 @@ def norm_variance_nodes(graph: Any) -> list[str]:
     Pow whose consumer is a ReduceMean, then the Add / Sqrt / Reciprocal / Div after it, up to
     the Mul that normalizes. x^2 overflows float16 (65,504) from |x| = 256, and a large LLM's
     hidden states reach the thousands."""
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = tensor_readers(graph)
     chains: list[str] = []
     for node in graph.node:
         following = consumers.get(node.output[0], []) if node.op_type == "Pow" else []

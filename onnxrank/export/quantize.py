@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from onnxrank._optional import require
+from onnxrank.export.graph_edit import tensor_readers
 from onnxrank.export.quantize_rows import quantize_per_row, split_source
 
 logger = logging.getLogger(__name__)
@@ -148,10 +149,7 @@ def ffn_up_projections(model_path: Path) -> list[str]:
     """
     onnx = require("onnx", extra="export")
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = tensor_readers(graph)
 
     def feeds_gelu(tensor: str, hops: int) -> bool:
         for node in consumers.get(tensor, []):

@@ -28,7 +28,7 @@ import numpy as np
 
 from onnxrank._optional import require
 from onnxrank.export.cls_row_split import SIDE_PATH_SUFFIX, ClsRowSplit, split_cls_row
-from onnxrank.export.graph_edit import drop_unused_initializers
+from onnxrank.export.graph_edit import drop_unused_initializers, tensor_readers
 
 logger = logging.getLogger(__name__)
 
@@ -224,10 +224,7 @@ def store_half(graph: Any, *, matmuls: set[str]) -> dict[str, Any]:
     numpy_helper = require("onnx.numpy_helper", extra="export")
     weights = {tensor.name: tensor for tensor in graph.initializer
                if tensor.data_type == onnx.TensorProto.FLOAT}
-    readers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = tensor_readers(graph)
     halved = sorted({node.input[1] for node in graph.node if node.name in matmuls
                      and node.input[1] in weights
                      and all(reader.name in matmuls for reader in readers[node.input[1]])})

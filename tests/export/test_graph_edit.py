@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrank.export.graph_edit import drop_unused_initializers, weight_matmuls
+from onnxrank.export.graph_edit import drop_unused_initializers, tensor_readers, weight_matmuls
 
 
 def _graph() -> object:
@@ -36,3 +36,11 @@ def test_only_the_initializers_no_node_reads_are_dropped() -> None:
     graph = _graph()
     drop_unused_initializers(graph)
     assert [tensor.name for tensor in graph.initializer] == ["w", "w2", "v"]
+
+
+def test_tensor_readers_map_each_tensor_to_the_nodes_that_read_it_in_graph_order() -> None:
+    readers = {name: [node.name for node in nodes]
+               for name, nodes in tensor_readers(_graph()).items()}
+    assert readers == {"x": ["first", "two_activations"], "w": ["first"],
+                       "a": ["two_activations"], "b": ["vector_weight", "second"],
+                       "v": ["vector_weight"], "w2": ["second"], "c": ["add"], "d": ["add"]}
