@@ -153,18 +153,20 @@ def _load_openvino(request: dict[str, Any], threads: int, *,
     common, work_dir = _st_common(request), Path(request["work_dir"])
     settings = _st_settings(threads)  # sets torch's threads first
     ov_config = {"INFERENCE_NUM_THREADS": threads}
-    model = sentence_transformers.CrossEncoder(
+    exported = sentence_transformers.CrossEncoder(
         str(request["checkpoint"]), device="cpu", backend="openvino",
         model_kwargs={"ov_config": ov_config}, **common)
     saved, file_name = work_dir / "openvino", FLOAT_FILE
     if static_int8:
-        saved, file_name = _static_int8(model, work_dir, calibration)
+        saved, file_name = _static_int8(exported, work_dir, calibration)
         settings["calibration"] = (f"{len(calibration)} onnxrank calibration pairs (its default, "
                                    "glue/sst2, needs the Hugging Face Hub)")
     else:
-        model.save_pretrained(str(saved))
+        exported.save_pretrained(str(saved))
 
     def load(hint: str | None) -> Any:
+        if hint is None and not static_int8:
+            return exported  # the float IR, already compiled at the default hint
         config = ov_config if hint is None else {**ov_config, "INFERENCE_PRECISION_HINT": hint}
         return sentence_transformers.CrossEncoder(
             str(saved), device="cpu", backend="openvino",
