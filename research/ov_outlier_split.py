@@ -7,20 +7,28 @@ weight MatMul split off into fp32 (onnxrank.export.outlier_split) and with ``--d
 feed-forward down-projection in fp32, or with ``--rung N`` as the ladder's rung N does, saves the IR
 at ``--out``, and prints the fidelity on the tuning part (what the ladder chooses by) and the
 held-out part (reported only) against onnxruntime fp32. Time the saved files with
-research/int8_speed.py. Run from the repository root::
+research/int8_speed.py, or give ``--model-copy DIR`` for a copy of the model directory whose
+``ov_int8`` variant is the new IR (manifest hashes, quantization record and fidelity rewritten, the
+name suffixed ``-scratch``), which ``onnxrank bench --model DIR`` runs end to end. Run from the
+repository root::
 
     python research/ov_outlier_split.py --model-dir models/minilm-standin --ratio 6 --down-fp32 \\
         --out /tmp/split-down.xml
     python research/ov_outlier_split.py --model-dir models/minilm-standin --rung 2 --out /tmp/rung2.xml
+    python research/ov_outlier_split.py --model-dir models/minilm-standin --rung 1 --out /tmp/rung1.xml \\
+        --model-copy /tmp/standin-rung1
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
 from pathlib import Path
+from typing import Any
 
 from onnxrank.engine.runtime import open_model_file
-from onnxrank.engine.spec import load_model_spec
+from onnxrank.engine.spec import ModelSpec, load_model_spec, sha256_file, write_manifest
 from onnxrank.export.quantize_openvino import (
     DEFAULT_OV_INT8_RECIPES,
     OvInt8Settings,
@@ -47,6 +55,8 @@ def main() -> None:
     parser.add_argument("--rung", type=int, choices=range(1, len(DEFAULT_OV_INT8_RECIPES) + 1),
                         default=None, help="quantize as the ov_int8 ladder's rung N instead")
     parser.add_argument("--out", type=Path, required=True, help="IR to write (.xml)")
+    parser.add_argument("--model-copy", type=Path, default=None,
+                        help="also write a copy of --model-dir with this IR as its ov_int8 variant")
     args = parser.parse_args()
     spec = load_model_spec(args.model_dir)
     fp32_path = args.model_dir / "model.onnx"
@@ -76,11 +86,33 @@ def main() -> None:
         f"{len(split['channels_per_matmul'])} MatMuls, {sum(split['channels_per_matmul'].values())}")
     if cls_rows is not None:
         channels = f"position 0 float in {len(cls_rows['split'])} MatMuls"
+    if args.model_copy is not None:
+        copy_with_ov_int8(spec, args.model_dir, args.out, args.model_copy,
+                          quantization=record, fidelity=metrics)
     held_out = metrics["held_out"]
     down = "fp32" if settings.fp32_ffn_down_layers else "int8"
     print(f"| {args.rung or args.ratio or 'off'} | {channels} | {down} | "
           f"{metrics['spearman_per_query_mean']:.4f} | {metrics['top10_overlap']:.3f} | "
           f"{held_out['spearman_per_query_mean']:.4f} | {held_out['top10_overlap']:.3f} |")
+
+
+def copy_with_ov_int8(spec: ModelSpec, model_dir: Path, ir: Path, copy: Path, *,
+                      quantization: dict[str, Any], fidelity: dict[str, Any]) -> None:
+    """Copy `model_dir` to `copy` with `ir` (and its .bin) as the ``ov_int8`` variant's files."""
+    if copy.exists():
+        raise SystemExit(f"--model-copy {copy} exists: give a new directory")
+    shutil.copytree(model_dir, copy)
+    old = spec.variants["ov_int8"]
+    names = (old.file, *old.extra_files)
+    shutil.copyfile(ir, copy / old.file)
+    shutil.copyfile(ir.with_suffix(".bin"), copy / next(iter(old.extra_files)))
+    variant = dataclasses.replace(
+        old, sha256=sha256_file(copy / old.file),
+        size_bytes=sum((copy / name).stat().st_size for name in names),
+        extra_files={name: sha256_file(copy / name) for name in old.extra_files},
+        quantization=quantization, fidelity=fidelity)
+    write_manifest(dataclasses.replace(spec, name=f"{spec.name}-scratch",
+                                       variants={**spec.variants, "ov_int8": variant}), copy)
 
 
 if __name__ == "__main__":
