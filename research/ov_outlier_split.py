@@ -33,6 +33,7 @@ from onnxrank.export.quantize_openvino import (
     DEFAULT_OV_INT8_RECIPES,
     OvInt8Settings,
     quantize_openvino_int8,
+    weights_path,
 )
 from onnxrank.export.tasks import export_task
 from onnxrank.export.validate import (
@@ -61,6 +62,10 @@ def main() -> None:
     spec = load_model_spec(args.model_dir)
     fp32_path = args.model_dir / "model.onnx"
     layers = int(spec.model_config.get("num_hidden_layers") or 12)
+    if args.model_copy is not None and args.model_copy.exists():
+        parser.error(f"--model-copy {args.model_copy} exists: give a new directory")
+    if args.model_copy is not None and "ov_int8" not in spec.variants:
+        parser.error(f"--model-copy: {args.model_dir} has no ov_int8 variant to replace")
 
     def encode(pairs: object) -> object:
         return encode_validation(pairs, args.model_dir / spec.tokenizer_file,
@@ -99,13 +104,11 @@ def main() -> None:
 def copy_with_ov_int8(spec: ModelSpec, model_dir: Path, ir: Path, copy: Path, *,
                       quantization: dict[str, Any], fidelity: dict[str, Any]) -> None:
     """Copy `model_dir` to `copy` with `ir` (and its .bin) as the ``ov_int8`` variant's files."""
-    if copy.exists():
-        raise SystemExit(f"--model-copy {copy} exists: give a new directory")
     shutil.copytree(model_dir, copy)
     old = spec.variants["ov_int8"]
     names = (old.file, *old.extra_files)
     shutil.copyfile(ir, copy / old.file)
-    shutil.copyfile(ir.with_suffix(".bin"), copy / next(iter(old.extra_files)))
+    shutil.copyfile(weights_path(ir), copy / next(iter(old.extra_files)))
     variant = dataclasses.replace(
         old, sha256=sha256_file(copy / old.file),
         size_bytes=sum((copy / name).stat().st_size for name in names),
